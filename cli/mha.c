@@ -1,0 +1,617 @@
+/* mha — the command-line tool: the book's demo, a traced forward pass,
+ * PyTorch-identical init, running saved modules, and benchmarks.
+ * The only code in the project that prints or exits. */
+#include "mha.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mha_cli_bench(int argc, char **argv); /* bench.c */
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* One line on stderr, exit status 1. */
+static _Noreturn void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("mha: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* Dies with the library's detail for a failed status. */
+static void check(mha_status st, const char *what) {
+    if (st == MHA_OK) return;
+    const char *detail = mha_last_error();
+    if (detail && *detail)
+        die("%s: %s", what, detail);
+    die("%s: %s", what, mha_status_string(st));
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) die("out of memory (%zu bytes)", n);
+    return p;
+}
+
+/* ---- option parsing ------------------------------------------------------- */
+
+static int64_t parse_int(const char *opt, const char *s, int64_t lo, int64_t hi) {
+    if (!s) die("%s needs a value", opt);
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0') die("%s: '%s' is not an integer", opt, s);
+    if (errno == ERANGE || v < lo || v > hi)
+        die("%s: %s is out of range [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
+    return v;
+}
+
+static uint64_t parse_seed(const char *opt, const char *s) {
+    if (!s) die("%s needs a value", opt);
+    errno = 0;
+    char *end = NULL;
+    /* Like torch.manual_seed: [-2^63, 2^64), negatives taken mod 2^64. */
+    if (s[0] == '-') {
+        long long v = strtoll(s, &end, 10);
+        if (end == s || *end != '\0' || errno == ERANGE) die("%s: '%s' is not a valid seed", opt, s);
+        return (uint64_t)v;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE) die("%s: '%s' is not a valid seed", opt, s);
+    return v;
+}
+
+static double parse_prob(const char *opt, const char *s) {
+    if (!s) die("%s needs a value", opt);
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0') die("%s: '%s' is not a number", opt, s);
+    if (!(v >= 0.0 && v < 1.0)) die("%s: dropout must be in [0, 1), got %s", opt, s);
+    return v;
+}
+
+static bool is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
+
+/* ---- PyTorch-style tensor printing --------------------------------------- */
+
+/* Prints data (ndim <= 4) as torch prints a float tensor with 4 decimals:
+ * elements right-aligned to a common width, nested brackets, blank lines
+ * between the blocks of 3-D and larger tensors. */
+static void print_rec(FILE *f, const float *d, int ndim, const int64_t *shape, int width, int indent,
+                      int depth) {
+    fputc('[', f);
+    if (ndim == 1) {
+        for (int64_t i = 0; i < shape[0]; i++) {
+            char buf[64];
+            float v = d[i] == 0.0f ? 0.0f : d[i]; /* no "-0.0000" for exact zeros */
+            snprintf(buf, sizeof buf, "%.4f", (double)v);
+            fprintf(f, "%s%*s", i ? ", " : "", width, buf);
+        }
+        fputc(']', f);
+        return;
+    }
+    int64_t inner = 1;
+    for (int k = 1; k < ndim; k++) inner *= shape[k];
+    for (int64_t i = 0; i < shape[0]; i++) {
+        if (i) {
+            /* torch: ',' + '\n' * (dim - 1) + ' ' * (indent + 1) */
+            fputc(',', f);
+            for (int k = 1; k < ndim; k++) fputc('\n', f);
+            fprintf(f, "%*s", indent + depth + 1, "");
+        }
+        print_rec(f, d + i * inner, ndim - 1, shape + 1, width, indent, depth + 1);
+    }
+    fputc(']', f);
+}
+
+static void print_tensor(FILE *f, const char *prefix, const float *d, int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int k = 0; k < ndim; k++) n *= shape[k];
+    int width = 1;
+    for (int64_t i = 0; i < n; i++) {
+        char buf[64];
+        float v = d[i] == 0.0f ? 0.0f : d[i];
+        int len = snprintf(buf, sizeof buf, "%.4f", (double)v);
+        if (len > width) width = len;
+    }
+    fputs(prefix, f);
+    fputs("tensor(", f);
+    print_rec(f, d, ndim, shape, width, (int)strlen(prefix) + 7, 0);
+    fputs(")\n", f);
+}
+
+/* ---- the running example ------------------------------------------------- */
+
+static const float book_inputs[6][3] = {
+    {0.43f, 0.15f, 0.89f}, /* Your    */
+    {0.55f, 0.87f, 0.66f}, /* journey */
+    {0.57f, 0.85f, 0.64f}, /* starts  */
+    {0.22f, 0.58f, 0.33f}, /* with    */
+    {0.77f, 0.25f, 0.10f}, /* one     */
+    {0.05f, 0.80f, 0.55f}, /* step    */
+};
+static const char *const book_tokens[6] = {"Your", "journey", "starts", "with", "one", "step"};
+
+static mha_module *seeded(mha_kind kind, int64_t d_in, int64_t d_out, int64_t ctx, double dropout,
+                          int64_t heads, uint64_t seed) {
+    mha_config c;
+    mha_config_init(&c, kind);
+    c.d_in = d_in;
+    c.d_out = d_out;
+    c.context_length = ctx;
+    c.dropout = dropout;
+    c.num_heads = heads;
+    mha_module *m = NULL;
+    check(mha_module_create_seeded(&c, seed, &m), mha_kind_name(kind));
+    return m;
+}
+
+static void forward(mha_module *m, float *y, const float *x, int64_t B, int64_t T) {
+    check(mha_module_forward(m, y, x, B, T, NULL, NULL, 0), "forward");
+}
+
+static void heading(const char *s) { printf("\n== %s\n", s); }
+
+/* Trace callback for the demo: keeps the masked softmax weights. */
+static void grab_weights(void *user, const char *step, const char *expr, int ndim, const int64_t *shape,
+                  const float *data) {
+    (void)expr;
+    (void)ndim;
+    if (strcmp(step, "softmax") == 0) memcpy(user, data, (size_t)(shape[2] * shape[3]) * sizeof(float));
+}
+
+static int cmd_demo(int argc, char **argv) {
+    for (int i = 2; i < argc; i++) {
+        if (is_help(argv[i])) {
+            puts("usage: mha demo\n\n"
+                 "Runs chapter 3's running example (\"Your journey starts with one step\") through\n"
+                 "every rung: simplified self-attention, SelfAttention_v1/v2, the causal mask and\n"
+                 "dropout, CausalAttention, MultiHeadAttentionWrapper and MultiHeadAttention,\n"
+                 "seeded as in the book, printed to 4 decimals as PyTorch prints them.");
+            return 0;
+        }
+        die("demo: unexpected argument '%s' (see mha demo --help)", argv[i]);
+    }
+    const float *x = &book_inputs[0][0];
+    float batch[2 * 6 * 3];
+    memcpy(batch, x, sizeof book_inputs);
+    memcpy(batch + 18, x, sizeof book_inputs);
+    int64_t s63[2] = {6, 3}, s66[2] = {6, 6}, s6[1] = {6}, s3[1] = {3}, s62[2] = {6, 2}, s2[1] = {2};
+
+    printf("mha %s: chapter 3 of \"Build a Large Language Model (From Scratch)\", computed in C\n",
+           mha_version());
+    printf("kernels: %s, projections: %s\n", mha_runtime_isa(), mha_runtime_blas());
+    heading("inputs: \"Your journey starts with one step\" (6 tokens, d_in = 3)");
+    print_tensor(stdout, "inputs = ", x, 2, s63);
+
+    heading("3.3 simplified self-attention (no trainable weights)");
+    float w[36], ctx[18], tmp[6];
+    check(mha_simple_attention_forward(ctx, w, x, 6, 3), "simplified attention");
+    for (int j = 0; j < 6; j++) {
+        float dot = 0.0f;
+        for (int d = 0; d < 3; d++) dot += book_inputs[1][d] * book_inputs[j][d];
+        tmp[j] = dot;
+    }
+    print_tensor(stdout, "attention scores of query x2 = ", tmp, 1, s6);
+    print_tensor(stdout, "attention weights of query x2 = ", w + 6, 1, s6);
+    print_tensor(stdout, "context vector z2 = ", ctx + 3, 1, s3);
+    print_tensor(stdout, "attn_weights = ", w, 2, s66);
+    print_tensor(stdout, "all_context_vecs = ", ctx, 2, s63);
+
+    heading("3.4.1 SelfAttention_v1(d_in=3, d_out=2), torch.manual_seed(123)");
+    mha_module *m = seeded(MHA_SELF_ATTENTION_V1, 3, 2, 0, 0.0, 1, 123);
+    mha_param wq;
+    check(mha_module_find_param(m, "W_query", &wq), "W_query");
+    for (int j = 0; j < 2; j++) {
+        float dot = 0.0f;
+        for (int d = 0; d < 3; d++) dot += book_inputs[1][d] * wq.data[d * 2 + j];
+        tmp[j] = dot;
+    }
+    print_tensor(stdout, "query_2 = x_2 @ W_query = ", tmp, 1, s2);
+    forward(m, ctx, x, 1, 6);
+    print_tensor(stdout, "sa_v1(inputs) = ", ctx, 2, s62);
+    mha_module_free(m);
+
+    heading("3.4.2 SelfAttention_v2(d_in=3, d_out=2), torch.manual_seed(789)");
+    m = seeded(MHA_SELF_ATTENTION_V2, 3, 2, 0, 0.0, 1, 789);
+    forward(m, ctx, x, 1, 6);
+    print_tensor(stdout, "sa_v2(inputs) = ", ctx, 2, s62);
+
+    heading("3.5.1 the causal mask on sa_v2's attention weights");
+    {
+        /* A one-head MultiHeadAttention with sa_v2's query/key weights has
+         * exactly CausalAttention's weights (scale 1/sqrt(2)); the traced
+         * forward hands them over. */
+        mha_module *one = seeded(MHA_MULTI_HEAD_ATTENTION, 3, 2, 6, 0.0, 1, 0);
+        static const char *const names[2] = {"W_query.weight", "W_key.weight"};
+        for (int k = 0; k < 2; k++) {
+            mha_param src, dst;
+            check(mha_module_find_param(m, names[k], &src), names[k]);
+            check(mha_module_find_param(one, names[k], &dst), names[k]);
+            memcpy(dst.data, src.data, src.numel * sizeof(float));
+        }
+        float masked[36];
+        float y[12];
+        check(mha_module_forward_traced(one, y, x, 1, 6, NULL, grab_weights, masked), "masked weights");
+        print_tensor(stdout, "masked_simple_norm = ", masked, 2, s66);
+        mha_module_free(one);
+    }
+    mha_module_free(m);
+
+    heading("3.5.2 dropout: torch.manual_seed(123); nn.Dropout(0.5)(torch.ones(6, 6))");
+    {
+        mha_generator *g = NULL;
+        check(mha_generator_create(123, &g), "generator");
+        float ones[36];
+        for (int i = 0; i < 36; i++) ones[i] = 1.0f;
+        check(mha_generator_dropout(g, ones, ones, 36, 0.5), "dropout");
+        print_tensor(stdout, "", ones, 2, s66);
+        mha_generator_free(g);
+    }
+
+    heading("3.5.3 CausalAttention(d_in=3, d_out=2, context_length=6, dropout=0.0), torch.manual_seed(123)");
+    float y[2 * 6 * 4];
+    int64_t s262[3] = {2, 6, 2}, s264[3] = {2, 6, 4};
+    m = seeded(MHA_CAUSAL_ATTENTION, 3, 2, 6, 0.0, 1, 123);
+    forward(m, y, batch, 2, 6);
+    printf("context_vecs.shape: torch.Size([2, 6, 2])\n");
+    print_tensor(stdout, "", y, 3, s262);
+    mha_module_free(m);
+
+    heading("3.6.1 MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=2), torch.manual_seed(123)");
+    m = seeded(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 6, 0.0, 2, 123);
+    forward(m, y, batch, 2, 6);
+    print_tensor(stdout, "", y, 3, s264);
+    printf("context_vecs.shape: torch.Size([2, 6, 4])\n\n");
+    printf("context_vecs[0] (6x4): head 1 | head 2\n");
+    for (int t = 0; t < 6; t++) {
+        printf("  %-8s", book_tokens[t]);
+        for (int c = 0; c < 4; c++) printf("%s%8.4f", c == 2 ? "  |" : "", (double)y[t * 4 + c]);
+        putchar('\n');
+    }
+    printf("  %-8s%8s%8s  |%8s%8s\n", "", "h1.d0", "h1.d1", "h2.d0", "h2.d1");
+    mha_module_free(m);
+
+    heading("3.6.2 MultiHeadAttention(3, 2, 6, 0.0, num_heads=2), torch.manual_seed(123)");
+    m = seeded(MHA_MULTI_HEAD_ATTENTION, 3, 2, 6, 0.0, 2, 123);
+    forward(m, y, batch, 2, 6);
+    print_tensor(stdout, "", y, 3, s262);
+    printf("context_vecs.shape: torch.Size([2, 6, 2])\n");
+    mha_module_free(m);
+
+    heading("GPT-2 size: MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12)");
+    m = seeded(MHA_MULTI_HEAD_ATTENTION, 768, 768, 1024, 0.0, 12, 123);
+    long long n = (long long)mha_module_param_scalars(m);
+    printf("parameters: %lld,%03lld,%03lld\n", n / 1000000, n / 1000 % 1000, n % 1000);
+    mha_module_free(m);
+    return 0;
+}
+
+
+/* ---- shared module options ------------------------------------------------ */
+
+typedef struct {
+    mha_config cfg;
+    bool have_d_in, have_d_out, have_ctx, have_heads, have_seed;
+    uint64_t seed;
+} module_opts;
+
+/* Consumes one module option at argv[*i]; false if argv[*i] is not one. */
+static bool module_opt(module_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const int64_t big = (int64_t)1 << 40;
+    if (strcmp(a, "--d-in") == 0) {
+        o->cfg.d_in = parse_int(a, v, 1, big), o->have_d_in = true;
+    } else if (strcmp(a, "--d-out") == 0) {
+        o->cfg.d_out = parse_int(a, v, 1, big), o->have_d_out = true;
+    } else if (strcmp(a, "--context-length") == 0) {
+        o->cfg.context_length = parse_int(a, v, 1, big), o->have_ctx = true;
+    } else if (strcmp(a, "--num-heads") == 0) {
+        o->cfg.num_heads = parse_int(a, v, 1, big), o->have_heads = true;
+    } else if (strcmp(a, "--dropout") == 0) {
+        o->cfg.dropout = parse_prob(a, v);
+    } else if (strcmp(a, "--seed") == 0) {
+        o->seed = parse_seed(a, v), o->have_seed = true;
+    } else if (strcmp(a, "--qkv-bias") == 0) {
+        o->cfg.qkv_bias = 1;
+        return true;
+    } else {
+        return false;
+    }
+    (*i)++;
+    return true;
+}
+
+/* ---- mha trace ------------------------------------------------------------- */
+
+typedef struct {
+    int64_t max_values;
+    int n;
+} trace_state;
+
+static void trace_step(void *user, const char *step, const char *expr, int ndim, const int64_t *shape,
+                       const float *data) {
+    trace_state *ts = user;
+    int64_t n = 1;
+    printf("\n[%d] %s: %s\n    shape (", ++ts->n, step, expr);
+    for (int k = 0; k < ndim; k++) {
+        printf("%s%lld", k ? ", " : "", (long long)shape[k]);
+        n *= shape[k];
+    }
+    printf(")\n");
+    if (n <= ts->max_values) {
+        print_tensor(stdout, "", data, ndim, shape);
+    } else {
+        double lo = INFINITY, hi = -INFINITY, sum = 0.0;
+        int64_t finite = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double v = data[i];
+            if (!isfinite(v)) continue;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            sum += v;
+            finite++;
+        }
+        printf("    %lld values (min %.4f, max %.4f, mean %.4f over %lld finite; -inf = masked)\n",
+               (long long)n, lo, hi, finite ? sum / (double)finite : 0.0, (long long)finite);
+    }
+}
+
+static int cmd_trace(int argc, char **argv) {
+    module_opts o = {0};
+    mha_config_init(&o.cfg, MHA_MULTI_HEAD_ATTENTION);
+    o.cfg.d_in = 3;
+    o.cfg.d_out = 2;
+    o.cfg.num_heads = 2;
+    o.seed = 123;
+    int64_t B = 2, T = 6, max_values = 200;
+    bool train = false, custom = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (is_help(a)) {
+            puts("usage: mha trace [--batch B] [--tokens T] [--d-in N] [--d-out N] [--num-heads H]\n"
+                 "                 [--context-length N] [--dropout P] [--qkv-bias] [--seed S]\n"
+                 "                 [--train] [--max-values N]\n\n"
+                 "Follows one tensor through MultiHeadAttention's forward pass: project, view,\n"
+                 "transpose, scores, mask, scale + softmax, dropout, context, transpose back,\n"
+                 "concatenate, out_proj; each step with its shape and, when it has at most\n"
+                 "--max-values elements (default 200), its values.\n\n"
+                 "Defaults are the book's running example: b=2, T=6, d_in=3, d_out=2, 2 heads,\n"
+                 "seed 123, the input \"Your journey starts with one step\" twice. With other\n"
+                 "sizes the input is torch.rand(b, T, d_in) drawn right after the module's init\n"
+                 "from the same seeded generator. context_length defaults to T. --train applies\n"
+                 "dropout with PyTorch's mask, drawn after the input.");
+            return 0;
+        }
+        if (module_opt(&o, argc, argv, &i)) {
+            custom |= strcmp(a, "--seed") != 0 && strcmp(a, "--dropout") != 0 && strcmp(a, "--qkv-bias") != 0;
+            continue;
+        }
+        if (strcmp(a, "--batch") == 0) {
+            B = parse_int(a, v, 1, (int64_t)1 << 20), custom = true, i++;
+        } else if (strcmp(a, "--tokens") == 0) {
+            T = parse_int(a, v, 1, (int64_t)1 << 20), custom = true, i++;
+        } else if (strcmp(a, "--max-values") == 0) {
+            max_values = parse_int(a, v, 0, (int64_t)1 << 40), i++;
+        } else if (strcmp(a, "--train") == 0) {
+            train = true;
+        } else {
+            die("trace: unknown option '%s' (see mha trace --help)", a);
+        }
+    }
+    if (!o.have_ctx) o.cfg.context_length = T;
+    if (custom && o.cfg.d_in == 3 && T <= 6 && B <= 2 && !o.have_d_in) custom = T != 6 || B != 2;
+    mha_module *m = NULL;
+    mha_generator *g = NULL;
+    check(mha_module_create(&o.cfg, &m), "MultiHeadAttention");
+    if (T > o.cfg.context_length)
+        die("%lld tokens exceed context_length %lld", (long long)T, (long long)o.cfg.context_length);
+    check(mha_generator_create(o.seed, &g), "generator");
+    check(mha_module_init(m, g), "init");
+    if ((uint64_t)B * (uint64_t)T * (uint64_t)o.cfg.d_in > ((uint64_t)1 << 28))
+        die("trace: input of %lld x %lld x %lld is too large to trace", (long long)B, (long long)T,
+            (long long)o.cfg.d_in);
+    size_t nx = (size_t)(B * T * o.cfg.d_in);
+    float *x = xmalloc(nx * sizeof(float));
+    const bool book = !custom && o.cfg.d_in == 3 && T == 6 && B == 2;
+    if (book) {
+        for (int64_t b = 0; b < B; b++) memcpy(x + b * 18, book_inputs, sizeof book_inputs);
+    } else {
+        mha_generator_uniform(g, x, nx, 0.0, 1.0);
+    }
+    printf("MultiHeadAttention(d_in=%lld, d_out=%lld, context_length=%lld, dropout=%g, num_heads=%lld, "
+           "qkv_bias=%s), torch.manual_seed(%llu)\n",
+           (long long)o.cfg.d_in, (long long)o.cfg.d_out, (long long)o.cfg.context_length, o.cfg.dropout,
+           (long long)o.cfg.num_heads, o.cfg.qkv_bias ? "True" : "False", (unsigned long long)o.seed);
+    printf("b=%lld, num_tokens=%lld, head_dim=%lld; input: %s; %s mode\n", (long long)B, (long long)T,
+           (long long)(o.cfg.d_out / o.cfg.num_heads),
+           book ? "the book's batch (\"Your journey starts with one step\" twice)" : "torch.rand(b, T, d_in)",
+           train ? "training" : "eval");
+    float *y = xmalloc((size_t)(B * T * o.cfg.d_out) * sizeof(float));
+    trace_state ts = {max_values, 0};
+    check(mha_module_forward_traced(m, y, x, B, T, train ? g : NULL, trace_step, &ts), "trace");
+    free(x);
+    free(y);
+    mha_generator_free(g);
+    mha_module_free(m);
+    return 0;
+}
+
+/* ---- mha init ---------------------------------------------------------------- */
+
+static int cmd_init(int argc, char **argv) {
+    module_opts o = {0};
+    const char *out = NULL, *module = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) {
+            puts("usage: mha init MODULE --d-in N --d-out N [--context-length N] [--dropout P]\n"
+                 "                [--num-heads N] [--qkv-bias] --seed S -o FILE\n\n"
+                 "Writes PyTorch's initial parameters of MODULE after torch.manual_seed(S), bit for\n"
+                 "bit, as safetensors named as its state_dict() (mask buffers included), with the\n"
+                 "constructor arguments in __metadata__.\n\n"
+                 "MODULE: SelfAttention_v1, SelfAttention_v2, CausalAttention,\n"
+                 "        MultiHeadAttentionWrapper, MultiHeadAttention\n"
+                 "--context-length is required by CausalAttention, the wrapper and\n"
+                 "MultiHeadAttention; --num-heads by the last two (default dropout 0.0).");
+            return 0;
+        }
+        if (module_opt(&o, argc, argv, &i)) continue;
+        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            if (i + 1 >= argc) die("%s needs a file name", a);
+            out = argv[++i];
+        } else if (a[0] == '-') {
+            die("init: unknown option '%s' (see mha init --help)", a);
+        } else if (!module) {
+            module = a;
+        } else {
+            die("init: unexpected argument '%s'", a);
+        }
+    }
+    if (!module) die("init: missing MODULE (see mha init --help)");
+    mha_kind kind;
+    check(mha_kind_from_name(module, &kind), "init");
+    mha_config c = o.cfg;
+    c.kind = kind;
+    if (!o.have_d_in) die("init: missing --d-in");
+    if (!o.have_d_out) die("init: missing --d-out");
+    if (kind >= MHA_CAUSAL_ATTENTION && !o.have_ctx) die("init: %s needs --context-length", module);
+    if ((kind == MHA_MULTI_HEAD_ATTENTION || kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER) && !o.have_heads)
+        die("init: %s needs --num-heads", module);
+    if (!o.have_heads) c.num_heads = 1;
+    if (!o.have_seed) die("init: missing --seed");
+    if (!out) die("init: missing -o FILE");
+    mha_module *m = NULL;
+    check(mha_module_create_seeded(&c, o.seed, &m), module);
+    check(mha_module_save(m, out), out);
+    mha_module_free(m);
+    return 0;
+}
+
+/* ---- mha run ------------------------------------------------------------------- */
+
+static int cmd_run(int argc, char **argv) {
+    const char *weights = NULL, *in = NULL, *out = NULL;
+    bool train = false, have_seed = false;
+    uint64_t seed = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) {
+            puts("usage: mha run WEIGHTS -i INPUT -o OUTPUT [--train --seed S] [--threads N]\n\n"
+                 "Runs the module saved in WEIGHTS (safetensors: state_dict names, configuration\n"
+                 "in __metadata__, as written by mha init or from PyTorch) on tensor 'x' of INPUT\n"
+                 "((b, T, d_in); (T, d_in) for SelfAttention_v1/v2) and writes tensor 'y' to\n"
+                 "OUTPUT. Eval mode by default; --train --seed S applies dropout exactly as\n"
+                 "PyTorch does after torch.manual_seed(S) in training mode.");
+            return 0;
+        }
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-i") == 0 || strcmp(a, "--input") == 0) {
+            if (!v) die("%s needs a file name", a);
+            in = argv[++i];
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            if (!v) die("%s needs a file name", a);
+            out = argv[++i];
+        } else if (strcmp(a, "--train") == 0) {
+            train = true;
+        } else if (strcmp(a, "--seed") == 0) {
+            seed = parse_seed(a, v), have_seed = true, i++;
+        } else if (strcmp(a, "--threads") == 0) {
+            check(mha_runtime_set_threads((int)parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (a[0] == '-') {
+            die("run: unknown option '%s' (see mha run --help)", a);
+        } else if (!weights) {
+            weights = a;
+        } else {
+            die("run: unexpected argument '%s'", a);
+        }
+    }
+    if (!weights) die("run: missing WEIGHTS file (see mha run --help)");
+    if (!in) die("run: missing -i INPUT");
+    if (!out) die("run: missing -o OUTPUT");
+    if (train && !have_seed) die("run: --train needs --seed S (dropout draws from torch.manual_seed(S))");
+    if (have_seed && !train) die("run: --seed only applies with --train");
+
+    mha_module *m = NULL;
+    check(mha_module_load(weights, &m), weights);
+    const mha_config *c = mha_module_config(m);
+    mha_st *st = NULL;
+    check(mha_st_read_file(in, &st), in);
+    mha_st_tensor t;
+    if (mha_st_find(st, "x", &t) != MHA_OK) die("%s: no tensor 'x' in the input file", in);
+    const bool batched = mha_config_is_batched(c);
+    const int want = batched ? 3 : 2;
+    if (t.ndim != want)
+        die("%s: x must have %d dimensions %s for %s, got %d", in, want,
+            batched ? "(b, T, d_in)" : "(T, d_in)", mha_kind_name(c->kind), t.ndim);
+    const int64_t B = batched ? t.shape[0] : 1, T = t.shape[want - 2], D = t.shape[want - 1];
+    if (B == 0 || T == 0) die("%s: x has an empty dimension (b = %lld, T = %lld)", in, (long long)B, (long long)T);
+    if (D != c->d_in)
+        die("%s: x has width %lld but the module's d_in is %lld", in, (long long)D, (long long)c->d_in);
+    float *x = xmalloc(t.numel * sizeof(float));
+    check(mha_st_tensor_to_f32(&t, x, t.numel), in);
+    mha_st_free(st);
+
+    const int64_t W = mha_config_output_width(c);
+    if ((uint64_t)B * (uint64_t)T > (((uint64_t)1 << 62) / sizeof(float)) / (uint64_t)W)
+        die("%s: output of %lld x %lld x %lld is too large", in, (long long)B, (long long)T, (long long)W);
+    size_t ny = (size_t)B * (size_t)T * (size_t)W;
+    float *y = xmalloc(ny * sizeof(float));
+    mha_generator *g = NULL;
+    if (train) check(mha_generator_create(seed, &g), "generator");
+    check(mha_module_forward(m, y, x, B, T, g, NULL, 0), "forward");
+    int64_t shape[3] = {B, T, W};
+    mha_st_entry e = {"y", MHA_DTYPE_F32, want, batched ? shape : shape + 1, y};
+    const char *meta[2] = {"module", mha_kind_name(c->kind)};
+    check(mha_st_write_file(out, &e, 1, meta, 1), out);
+    mha_generator_free(g);
+    free(x);
+    free(y);
+    mha_module_free(m);
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mha COMMAND [OPTIONS]\n\n"
+            "Causal multi-head attention from chapter 3 of \"Build a Large Language Model (From\n"
+            "Scratch)\", exact to PyTorch.\n\n"
+            "commands:\n"
+            "  demo    the book's running example through every module, as the book prints it\n"
+            "  trace   follow one tensor through MultiHeadAttention's forward pass\n"
+            "  init    PyTorch's initial parameters for a seed, as safetensors\n"
+            "  run     run a saved module on an input tensor\n"
+            "  bench   time a module's forward pass\n\n"
+            "mha COMMAND --help shows a command's options; mha --version the version.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) die("no command given (try mha --help)");
+    const char *cmd = argv[1];
+    if (is_help(cmd)) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("mha %s (kernels %s, projections %s, %d threads)\n", mha_version(), mha_runtime_isa(),
+               mha_runtime_blas(), mha_runtime_threads());
+        return 0;
+    }
+    if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
+    if (strcmp(cmd, "trace") == 0) return cmd_trace(argc, argv);
+    if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
+    if (strcmp(cmd, "bench") == 0) return mha_cli_bench(argc, argv);
+    die("unknown command '%s' (try mha --help)", cmd);
+}

@@ -1,0 +1,359 @@
+/*
+ * mha.h — causal multi-head attention, the modules of chapter 3 of
+ * "Build a Large Language Model (From Scratch)", exact to PyTorch.
+ *
+ * This header is the manual. Everything public is declared here.
+ *
+ * Dimension legend (outermost first, like PyTorch):
+ *   B     batch size
+ *   T     tokens per sequence (num_tokens); must be <= context_length
+ *   D_in  input embedding width (d_in)
+ *   D_out output width of one projection (d_out)
+ *   H     heads (num_heads)
+ *   HD    head dimension: D_out / H for MultiHeadAttention,
+ *         D_out for the wrapper's and CausalAttention's heads
+ *
+ * Memory: all tensors are float32, row-major, contiguous. A pointer marked
+ *   [in]  is only read,
+ *   [out] is only written (its previous contents are ignored),
+ *   [acc] is accumulated into (+=).
+ * The library never keeps a caller's pointer after a call returns, except
+ * where a function says so. Objects are opaque: created by mha_x_create(...,
+ * &out), released by mha_x_free(x), which accepts NULL.
+ *
+ * Errors: every fallible function returns mha_status (MHA_OK == 0, failures
+ * negative). A readable detail of the last failure on the calling thread is
+ * available from mha_last_error(). The library never prints, exits or aborts.
+ *
+ * Threads: an object may be used from one thread at a time; different objects
+ * may be used from different threads at once. Compute calls may use several
+ * threads internally (OpenMP); results do not depend on the thread count.
+ */
+#ifndef MHA_H
+#define MHA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MHA_VERSION_MAJOR 0
+#define MHA_VERSION_MINOR 2
+#define MHA_VERSION_PATCH 0
+#define MHA_VERSION_STRING "0.2.0"
+
+/* "0.2.0"; equals MHA_VERSION_STRING of the library actually linked. */
+const char *mha_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* X(name, value, description). Values are pinned: never renumbered. */
+#define MHA_STATUS_LIST(X)                                                     \
+    X(OK, 0, "success")                                                        \
+    X(ERR_ARGUMENT, -1, "invalid argument")                                    \
+    X(ERR_CONFIG, -2, "invalid module configuration")                          \
+    X(ERR_SHAPE, -3, "tensor shape mismatch")                                  \
+    X(ERR_CONTEXT_LENGTH, -4, "sequence longer than context_length")           \
+    X(ERR_OVERFLOW, -5, "size arithmetic overflows")                           \
+    X(ERR_NOMEM, -6, "out of memory")                                          \
+    X(ERR_IO, -7, "file I/O error")                                            \
+    X(ERR_FORMAT, -8, "corrupt or invalid file")                               \
+    X(ERR_MISSING, -9, "missing or unexpected tensor")                         \
+    X(ERR_DTYPE, -10, "unsupported dtype")                                     \
+    X(ERR_UNKNOWN_MODULE, -11, "unknown module")                               \
+    X(ERR_NONFINITE, -12, "non-finite value (NaN or infinity)")                \
+    X(ERR_UNSUPPORTED, -13, "operation not supported for this module")         \
+    X(ERR_WORKSPACE, -14, "workspace too small")
+
+typedef enum {
+#define MHA_X_(name, value, text) MHA_##name = value,
+    MHA_STATUS_LIST(MHA_X_)
+#undef MHA_X_
+} mha_status;
+
+/* "MHA_ERR_SHAPE"; "MHA_UNKNOWN_STATUS" for values not in the list. */
+const char *mha_status_name(mha_status s);
+/* "tensor shape mismatch" */
+const char *mha_status_string(mha_status s);
+/* Detail of the last failure on this thread, e.g. "d_out (5) must be
+ * divisible by num_heads (2)". Valid until the next failing call on this
+ * thread; "" when there is none. */
+const char *mha_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Generator: PyTorch's CPU generator (mt19937 and its distributions)        */
+/* ------------------------------------------------------------------------ */
+
+/* Bit for bit torch 1.13.1's CPU generator: the same seed gives the same
+ * uniform/normal/dropout draws, in the same order, as torch.manual_seed(seed)
+ * followed by the same PyTorch calls. */
+typedef struct mha_generator mha_generator;
+
+/* PyTorch has two CPU kernels for uniform_/normal_: the AVX2 one (what x86
+ * CPUs with AVX2 run; the default here) and the DEFAULT one
+ * (ATEN_CPU_CAPABILITY=default). The integer and dropout draws are equal. */
+typedef enum { MHA_RNG_AVX2 = 0, MHA_RNG_DEFAULT = 1 } mha_rng_variant;
+
+/* torch.manual_seed(seed): a negative Python seed s is passed as (uint64_t)s. */
+mha_status mha_generator_create(uint64_t seed, mha_generator **out);
+void mha_generator_free(mha_generator *g);
+void mha_generator_manual_seed(mha_generator *g, uint64_t seed);
+void mha_generator_set_variant(mha_generator *g, mha_rng_variant v);
+
+/* One 32-bit mt19937 draw; random64 = (first << 32) | second. */
+uint32_t mha_generator_random(mha_generator *g);
+uint64_t mha_generator_random64(mha_generator *g);
+
+/* Tensor.uniform_(from, to) over n contiguous floats; rand = (0, 1). */
+void mha_generator_uniform(mha_generator *g, float *out /* [out] (n) */,
+                           size_t n, double from, double to);
+/* Tensor.normal_(mean, std) / torch.randn over n contiguous floats (both
+ * the n >= 16 block path and the n < 16 scalar path, with its cache). */
+void mha_generator_normal(mha_generator *g, float *out /* [out] (n) */,
+                          size_t n, double mean, double std);
+/* nn.Dropout(p) in training mode: out[i] = in[i] * keep_i / (1 - p) with
+ * keep_i drawn as PyTorch's CPU bernoulli_(1 - p). p == 0 and p == 1 draw
+ * nothing, as in PyTorch. in == out is allowed. ERR_ARGUMENT unless
+ * 0 <= p <= 1. */
+mha_status mha_generator_dropout(mha_generator *g, float *out /* [out] (n) */,
+                                 const float *in /* [in] (n) */, size_t n,
+                                 double p);
+/* nn.Linear(in_features, out_features, bias) default init: weight
+ * (out_features, in_features) then bias (out_features), or no bias draws when
+ * bias == NULL. ERR_ARGUMENT for non-positive sizes. */
+mha_status mha_generator_linear_init(mha_generator *g,
+                                     float *weight /* [out] (out_f, in_f) */,
+                                     float *bias /* [out] (out_f) or NULL */,
+                                     int64_t in_features, int64_t out_features);
+/* nn.Embedding(num, dim, padding_idx) init: normal_(0, 1), then the
+ * padding_idx row zeroed (padding_idx < 0: none). */
+mha_status mha_generator_embedding_init(mha_generator *g,
+                                        float *weight /* [out] (num, dim) */,
+                                        int64_t num, int64_t dim,
+                                        int64_t padding_idx);
+
+/* ------------------------------------------------------------------------ */
+/* Simplified self-attention (section 3.3): no weights                       */
+/* ------------------------------------------------------------------------ */
+
+/* scores = X X^T; weights = softmax(scores, dim=-1) (no scaling, no mask);
+ * context = weights X. weights may be NULL when not wanted. */
+mha_status mha_simple_attention_forward(float *context /* [out] (T, D) */,
+                                        float *weights /* [out] (T, T) or NULL */,
+                                        const float *x /* [in] (T, D) */,
+                                        int64_t T, int64_t D);
+
+/* ------------------------------------------------------------------------ */
+/* The book's modules                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    MHA_SELF_ATTENTION_V1 = 1,            /* SelfAttention_v1(d_in, d_out)  */
+    MHA_SELF_ATTENTION_V2 = 2,            /* SelfAttention_v2(d_in, d_out, qkv_bias) */
+    MHA_CAUSAL_ATTENTION = 3,             /* CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) */
+    MHA_MULTI_HEAD_ATTENTION_WRAPPER = 4, /* MultiHeadAttentionWrapper(d_in, d_out, context_length, dropout, num_heads, qkv_bias) */
+    MHA_MULTI_HEAD_ATTENTION = 5          /* MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads, qkv_bias) */
+} mha_kind;
+
+/* The PyTorch class name, e.g. "MultiHeadAttention"; NULL if unknown. */
+const char *mha_kind_name(mha_kind kind);
+/* Parses a class name (exact, as above). ERR_UNKNOWN_MODULE otherwise. */
+mha_status mha_kind_from_name(const char *name, mha_kind *out);
+
+/* The constructor's arguments. Fields a class does not take are ignored
+ * (v1: d_in, d_out; v2: + qkv_bias; CausalAttention: + context_length,
+ * dropout; wrapper and MultiHeadAttention: + num_heads). */
+typedef struct {
+    mha_kind kind;
+    int64_t d_in;
+    int64_t d_out;          /* per head for the wrapper, total for MultiHeadAttention */
+    int64_t context_length;
+    double dropout;         /* in [0, 1) */
+    int64_t num_heads;
+    int qkv_bias;           /* 0 or 1 */
+} mha_config;
+
+/* Fills c with the constructor defaults for kind: d_in = d_out = 0
+ * (must be set), context_length 0 (must be set where used), dropout 0,
+ * num_heads 1, qkv_bias 0. */
+void mha_config_init(mha_config *c, mha_kind kind);
+/* MHA_OK, or ERR_CONFIG / ERR_OVERFLOW / ERR_UNKNOWN_MODULE with a detail. */
+mha_status mha_config_validate(const mha_config *c);
+/* 1 for the classes whose forward takes a batch (b, T, d_in): CausalAttention,
+ * the wrapper and MultiHeadAttention; 0 for v1 and v2, which take (T, d_in). */
+int mha_config_is_batched(const mha_config *c);
+/* Width of the output's last axis: num_heads * d_out for the wrapper,
+ * d_out otherwise. */
+int64_t mha_config_output_width(const mha_config *c);
+
+typedef struct mha_module mha_module;
+
+/* A module with every parameter zero. */
+mha_status mha_module_create(const mha_config *cfg, mha_module **out);
+/* torch.manual_seed(seed) then the PyTorch constructor: equal parameters,
+ * bit for bit (AVX2 variant). */
+mha_status mha_module_create_seeded(const mha_config *cfg, uint64_t seed,
+                                    mha_module **out);
+/* Re-initialises every parameter from g, drawing in PyTorch's construction
+ * order (continues g's stream, like constructing a module mid-program). */
+mha_status mha_module_init(mha_module *m, mha_generator *g);
+void mha_module_free(mha_module *m);
+
+/* The configuration the module was created with. */
+const mha_config *mha_module_config(const mha_module *m);
+
+/* One parameter tensor, named as in PyTorch's state_dict(). data belongs to
+ * the module: it may be read and written (to set weights) while the module
+ * lives. */
+typedef struct {
+    const char *name;   /* "W_query.weight", "heads.1.W_key.bias", ... */
+    int ndim;           /* 1 or 2 */
+    int64_t shape[2];
+    size_t numel;
+    float *data;
+} mha_param;
+
+/* Parameter tensors in state_dict() order (the mask buffer is not one). */
+size_t mha_module_num_params(const mha_module *m);
+mha_status mha_module_param(const mha_module *m, size_t i, mha_param *out);
+/* ERR_MISSING when the module has no parameter of that name. */
+mha_status mha_module_find_param(const mha_module *m, const char *name,
+                                 mha_param *out);
+/* Total number of scalar parameters (2,360,064 for GPT-2's attention). */
+int64_t mha_module_param_scalars(const mha_module *m);
+/* ERR_NONFINITE when any parameter holds NaN or infinity (detail names it). */
+mha_status mha_module_check_finite(const mha_module *m);
+
+/* Bytes of scratch mha_module_forward needs for (B, T). Depends on the
+ * shape and on whether dropout will be drawn, never on T*T. 0 and the
+ * error detail set on invalid sizes (check with mha_module_forward). */
+size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T,
+                                 int training);
+
+/* Forward pass.
+ *   x  [in]  (B, T, D_in); for v1/v2 (T, D_in) with B == 1
+ *   y  [out] (B, T, W) with W = mha_config_output_width()
+ *   dropout_rng: NULL for eval mode. Otherwise training mode: dropout with
+ *     probability cfg.dropout on the attention weights, drawn from this
+ *     generator exactly as PyTorch draws after torch.manual_seed(): every
+ *     element of the (B, H, T, T) weights in row-major order for
+ *     MultiHeadAttention, head after head of (B, T, T) for the wrapper. No
+ *     draws when dropout == 0 or for v1/v2 (which have no dropout).
+ *   workspace: NULL to let the module keep (and grow once) its own scratch,
+ *     or a caller's buffer of at least mha_module_workspace_size() bytes,
+ *     aligned to 64 bytes.
+ * Errors: ERR_SHAPE (B or T < 1, B != 1 for v1/v2), ERR_CONTEXT_LENGTH
+ * (T > context_length), ERR_NONFINITE (x holds NaN/inf), ERR_OVERFLOW,
+ * ERR_WORKSPACE, ERR_NOMEM. y is untouched on failure. */
+mha_status mha_module_forward(mha_module *m, float *y, const float *x,
+                              int64_t B, int64_t T, mha_generator *dropout_rng,
+                              void *workspace, size_t workspace_size);
+
+/* Traced forward of MultiHeadAttention: the book's forward step by step,
+ * every intermediate materialised (including the (B, H, T, T) scores), each
+ * handed to fn before the next step. For teaching and as an oracle; use
+ * mha_module_forward for work. ERR_UNSUPPORTED for the other modules. */
+typedef void (*mha_trace_fn)(void *user, const char *step, const char *expr,
+                             int ndim, const int64_t *shape,
+                             const float *data);
+mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */,
+                                     const float *x /* [in] */, int64_t B,
+                                     int64_t T, mha_generator *dropout_rng,
+                                     mha_trace_fn fn, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* safetensors                                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+    MHA_DTYPE_BOOL, MHA_DTYPE_U8, MHA_DTYPE_I8, MHA_DTYPE_I16, MHA_DTYPE_U16,
+    MHA_DTYPE_F16, MHA_DTYPE_BF16, MHA_DTYPE_I32, MHA_DTYPE_U32, MHA_DTYPE_F32,
+    MHA_DTYPE_F64, MHA_DTYPE_I64, MHA_DTYPE_U64, MHA_DTYPE_F8_E4M3,
+    MHA_DTYPE_F8_E5M2
+} mha_dtype;
+
+#define MHA_ST_MAX_DIMS 8
+
+/* "F32" etc.; NULL for unknown values. */
+const char *mha_dtype_name(mha_dtype d);
+size_t mha_dtype_size(mha_dtype d);
+
+/* A parsed safetensors file, fully validated: header length within bounds,
+ * UTF-8 JSON, known dtypes, shape x dtype size equal to each byte range,
+ * ranges inside the buffer, covering it with no overlap, gap or trailing
+ * byte, all arithmetic overflow-checked. */
+typedef struct mha_st mha_st;
+
+typedef struct {
+    const char *name;
+    mha_dtype dtype;
+    int ndim;
+    int64_t shape[MHA_ST_MAX_DIMS];
+    size_t numel;
+    const void *data;   /* nbytes bytes inside the file's buffer; not aligned */
+    size_t nbytes;
+} mha_st_tensor;
+
+/* Parses a copy of buf[0..len). */
+mha_status mha_st_parse(const void *buf, size_t len, mha_st **out);
+mha_status mha_st_read_file(const char *path, mha_st **out);
+void mha_st_free(mha_st *st);
+size_t mha_st_count(const mha_st *st);
+/* Tensors in file order (the order of their byte ranges). */
+mha_status mha_st_get(const mha_st *st, size_t i, mha_st_tensor *out);
+/* ERR_MISSING when absent. */
+mha_status mha_st_find(const mha_st *st, const char *name, mha_st_tensor *out);
+/* Metadata value for key, or NULL. Values are strings, as the format says. */
+const char *mha_st_metadata(const mha_st *st, const char *key);
+size_t mha_st_metadata_count(const mha_st *st);
+mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
+                               const char **value);
+/* Converts a tensor of dtype F32, F64, F16 or BF16 to float32 (n == numel).
+ * ERR_DTYPE for other dtypes. */
+mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n);
+
+/* Writes a safetensors file: tensors in the given order, packed with no
+ * gaps; meta holds n_meta (key, value) string pairs for __metadata__. */
+typedef struct {
+    const char *name;
+    mha_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    const void *data;
+} mha_st_entry;
+mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors,
+                             size_t n, const char *const *meta, size_t n_meta);
+
+/* Saves the module's state_dict (PyTorch names, F32; the mask buffer for
+ * the classes that register one) with its configuration in __metadata__
+ * ("module" plus the constructor's argument names). */
+mha_status mha_module_save(const mha_module *m, const char *path);
+/* Builds a module from a parsed file: configuration from __metadata__,
+ * every parameter required with its exact shape, "mask" buffers accepted
+ * (shape checked), anything else rejected, values must be finite. */
+mha_status mha_module_from_st(const mha_st *st, mha_module **out);
+mha_status mha_module_load(const char *path, mha_module **out);
+
+/* ------------------------------------------------------------------------ */
+/* Runtime                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Kernels in use: "avx2" or "ref" (MHA_ISA=ref in the environment forces
+ * the portable reference kernels). */
+const char *mha_runtime_isa(void);
+/* Projection GEMMs: "openblas", "builtin" (no BLAS in the build) or "ref"
+ * (MHA_ISA=ref). */
+const char *mha_runtime_blas(void);
+/* Threads compute calls use (OpenMP's count; 1 without OpenMP). */
+int mha_runtime_threads(void);
+/* Sets the thread count for compute calls (n >= 1). */
+mha_status mha_runtime_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHA_H */

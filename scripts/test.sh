@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets up and runs the whole test suite four ways:
+#   1. the release build (AVX2 kernels, OpenBLAS, OpenMP),
+#   2. the same build with the reference kernels forced (MHA_ISA=ref),
+#   3. without OpenMP and without BLAS (portable fallbacks),
+#   4. under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Exits non-zero if any test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --test
+jobs=$(nproc)
+warn="-DMHA_WERROR=ON"
+
+run() { # name, build dir, env..., -- cmake args
+  local name=$1 dir=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  echo "=== $name"
+  cmake -S . -B "$dir" $warn "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  (cd "$dir" && env "${envs[@]}" ctest --output-on-failure -j"$jobs")
+}
+
+run "release" build-test -- -DCMAKE_BUILD_TYPE=Release
+run "reference kernels (MHA_ISA=ref)" build-test MHA_ISA=ref MHA_TEST_QUICK=1 --
+run "no OpenMP, no BLAS" build-test-noomp MHA_TEST_QUICK=1 -- -DCMAKE_BUILD_TYPE=Release -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
+run "ASan+UBSan" build-test-asan MHA_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
+echo "all test configurations passed"

@@ -1,0 +1,174 @@
+/* attention.c — runs one attention kernel per (batch, head, query block),
+ * in parallel, costliest blocks first. The result of every row is computed
+ * by one kernel call with key tiles at fixed positions, so it does not
+ * depend on the number of threads. */
+#include "attention.h"
+
+#include "common/common.h"
+#include "generator/generator.h"
+#include "kernels/philox.h"
+
+#if defined(MHA_HAVE_OPENMP)
+#include <omp.h>
+#endif
+
+/* Query rows per task: small enough to balance 2+ threads, large enough to
+ * amortise packing K. */
+#define MHA_QBLOCK 64
+
+static int max_threads(void) {
+#if defined(MHA_HAVE_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static bool use_avx2(void) {
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    return mha__isa() == MHA_ISA_AVX2;
+#else
+    return false;
+#endif
+}
+
+static size_t kernel_scratch_floats(const mha__attention_desc *d) {
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (use_avx2()) return mha__attn_fwd_avx2_scratch(d->T, d->HD);
+#endif
+    return mha__attn_fwd_ref_scratch(d->T, d->HD);
+}
+
+/* The PyTorch mask is drawn serially; the fast path draws it into bits
+ * first (B*H*T*ceil(T/64) words, training mode only), the reference path
+ * draws while it computes, row by row. */
+static bool torch_mask_as_bits(const mha__attention_desc *d) {
+    return d->dropout == MHA_DROPOUT_TORCH && use_avx2();
+}
+
+static size_t keep_words(const mha__attention_desc *d) {
+    return (size_t)d->B * (size_t)d->H * (size_t)d->T * (((size_t)d->T + 63u) / 64u);
+}
+
+size_t mha__attention_workspace(const mha__attention_desc *d) {
+    size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float)), total;
+    if (!mha__mul_size(per, (size_t)max_threads(), &total)) return 0;
+    if (torch_mask_as_bits(d)) {
+        size_t bits;
+        if (!mha__mul_size(keep_words(d), sizeof(uint64_t), &bits) ||
+            !mha__add_size(total, mha__align64(bits), &total))
+            return 0;
+    }
+    return total;
+}
+
+static void fill_head(const mha__attention_desc *d, mha__attn_args *a, int64_t b, int64_t h) {
+    const int64_t T = d->T;
+    const float *base = d->qkv + b * T * d->ld_qkv + h * d->head_stride;
+    a->q = base + d->q_base;
+    a->k = base + d->k_base;
+    a->v = base + d->v_base;
+    a->ldq = a->ldk = a->ldv = d->ld_qkv;
+    a->o = d->o + b * T * d->ldo + h * d->HD;
+    a->ldo = d->ldo;
+    a->lse = d->lse ? d->lse + (b * d->H + h) * T : NULL;
+    a->T = T;
+    a->HD = d->HD;
+    a->scale = d->scale;
+    a->causal = d->causal;
+    a->drop_p = d->p;
+    a->drop_scale = d->dropout != MHA_DROPOUT_OFF ? mha__dropout_scale(d->p) : 1.0f;
+    a->philox_seed = d->philox_seed;
+    a->philox_stream = (uint64_t)(b * d->H + h);
+    a->keep_threshold = d->dropout == MHA_DROPOUT_PHILOX ? mha__philox_keep_threshold(d->p) : 0;
+}
+
+/* Serial draw of the PyTorch mask into bits, in PyTorch's element order. */
+static void draw_torch_bits(const mha__attention_desc *d, uint64_t *bits) {
+    const int64_t T = d->T, ld = (T + 63) / 64;
+    const int64_t outer = d->heads_outer ? d->H : d->B, inner = d->heads_outer ? d->B : d->H;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t n = 0; n < inner; n++) {
+            int64_t b = d->heads_outer ? n : o, h = d->heads_outer ? o : n;
+            uint64_t *head = bits + ((b * d->H + h) * T) * ld;
+            for (int64_t i = 0; i < T; i++) {
+                uint64_t *row = head + i * ld;
+                for (int64_t w = 0; w < ld; w++) row[w] = 0;
+                for (int64_t j = 0; j < T; j++)
+                    if (mha__dropout_keep(d->gen, d->p)) row[j >> 6] |= (uint64_t)1 << (j & 63);
+            }
+        }
+}
+
+mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size) {
+    const size_t need = mha__attention_workspace(d);
+    if (need == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace size overflows");
+    if (ws_size < need)
+        return mha__fail(MHA_ERR_WORKSPACE, "attention needs %zu bytes of workspace, got %zu",
+                         need, ws_size);
+    const int nt = max_threads();
+    const size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float));
+    char *scratch = ws;
+    const int64_t T = d->T, B = d->B, H = d->H;
+
+    if (d->dropout == MHA_DROPOUT_TORCH && !torch_mask_as_bits(d)) {
+        /* Reference path: draw while computing, heads in PyTorch's order. */
+        const int64_t outer = d->heads_outer ? H : B, inner = d->heads_outer ? B : H;
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t n = 0; n < inner; n++) {
+                mha__attn_args a = {0};
+                fill_head(d, &a, d->heads_outer ? n : o, d->heads_outer ? o : n);
+                a.drop = MHA_DROP_GENERATOR;
+                a.gen = d->gen;
+                a.q_begin = 0;
+                a.q_end = T;
+                mha__attn_fwd_ref(&a, (float *)(void *)scratch);
+            }
+        return MHA_OK;
+    }
+
+    uint64_t *bits = NULL;
+    const int64_t keep_ld = (T + 63) / 64;
+    if (torch_mask_as_bits(d)) {
+        bits = (uint64_t *)(void *)(scratch + per * (size_t)nt);
+        draw_torch_bits(d, bits);
+    }
+
+    const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK;
+    const int64_t ntasks = B * H * nqb;
+    const bool avx2 = use_avx2();
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+    for (int64_t task = 0; task < ntasks; task++) {
+        /* Costliest first: with a causal mask the last query blocks see the
+         * most keys, so hand them out before the cheap ones. */
+        const int64_t qb = nqb - 1 - task / (B * H);
+        const int64_t bh = task % (B * H), b = bh / H, h = bh % H;
+        int tid = 0;
+#if defined(MHA_HAVE_OPENMP)
+        tid = omp_get_thread_num();
+#endif
+        mha__attn_args a = {0};
+        fill_head(d, &a, b, h);
+        a.q_begin = qb * MHA_QBLOCK;
+        a.q_end = a.q_begin + MHA_QBLOCK < T ? a.q_begin + MHA_QBLOCK : T;
+        if (bits) {
+            a.drop = MHA_DROP_BITMASK;
+            a.keep = bits + (bh * T) * keep_ld;
+            a.keep_ld = keep_ld;
+        } else if (d->dropout == MHA_DROPOUT_PHILOX) {
+            a.drop = MHA_DROP_PHILOX;
+        }
+        float *s = (float *)(void *)(scratch + per * (size_t)tid);
+#if defined(MHA_HAVE_AVX2_KERNELS)
+        if (avx2) {
+            mha__attn_fwd_avx2(&a, s);
+            continue;
+        }
+#endif
+        (void)avx2;
+        mha__attn_fwd_ref(&a, s);
+    }
+    return MHA_OK;
+}

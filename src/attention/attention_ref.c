@@ -1,0 +1,72 @@
+/* attention_ref.c — the reference attention kernel: the oracle the fast
+ * kernels are tested against. One query row at a time; that row's scores
+ * are materialised (T floats), sums are taken in double. */
+#include "common/common.h"
+#include "generator/generator.h"
+#include "kernels/kernels.h"
+#include "kernels/philox.h"
+
+#include <math.h>
+
+size_t mha__attn_fwd_ref_scratch(int64_t T, int64_t HD) {
+    /* scores (T floats) + accumulator (HD doubles) */
+    return (size_t)T + 2u * (size_t)HD + 16u;
+}
+
+/* Whether column j of row i survives dropout (not GENERATOR mode). */
+static bool keep_ij(const mha__attn_args *a, int64_t i, int64_t j) {
+    switch (a->drop) {
+    case MHA_DROP_BITMASK:
+        return (a->keep[i * a->keep_ld + (j >> 6)] >> (j & 63)) & 1u;
+    case MHA_DROP_PHILOX:
+        return mha__philox_keep(a->philox_seed, a->philox_stream, (uint64_t)i, (uint64_t)j,
+                                a->keep_threshold);
+    default:
+        return true;
+    }
+}
+
+void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
+    const int64_t T = a->T, HD = a->HD;
+    float *s = scratch;
+    double *acc = (double *)(void *)(scratch + ((size_t)T + 1u) / 2u * 2u);
+
+    for (int64_t i = a->q_begin; i < a->q_end; i++) {
+        const float *q = a->q + i * a->ldq;
+        const int64_t n = a->causal ? i + 1 : T; /* visible keys */
+
+        double m = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            const float *k = a->k + j * a->ldk;
+            double dot = 0.0;
+            for (int64_t d = 0; d < HD; d++) dot += (double)q[d] * (double)k[d];
+            s[j] = (float)(dot * (double)a->scale);
+            if ((double)s[j] > m) m = (double)s[j];
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; j++) sum += exp((double)s[j] - m);
+        if (a->lse) a->lse[i] = (float)(m + log(sum));
+
+        /* softmax, then dropout on the weights (every column drawn in
+         * GENERATOR mode, masked ones included, as PyTorch does). */
+        for (int64_t j = 0; j < T; j++) {
+            float w = j < n ? (float)(exp((double)s[j] - m) / sum) : 0.0f;
+            bool keep = true;
+            if (a->drop == MHA_DROP_GENERATOR)
+                keep = mha__dropout_keep(a->gen, a->drop_p);
+            else if (a->drop != MHA_DROP_NONE)
+                keep = keep_ij(a, i, j);
+            if (a->drop != MHA_DROP_NONE) w = keep ? w * a->drop_scale : 0.0f;
+            if (j < n) s[j] = w;
+        }
+
+        for (int64_t d = 0; d < HD; d++) acc[d] = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            const float *v = a->v + j * a->ldv;
+            const double w = s[j];
+            for (int64_t d = 0; d < HD; d++) acc[d] += w * (double)v[d];
+        }
+        float *o = a->o + i * a->ldo;
+        for (int64_t d = 0; d < HD; d++) o[d] = (float)acc[d];
+    }
+}

@@ -1,0 +1,42 @@
+/* common.h — internal helpers shared by every layer: error detail, checked
+ * size arithmetic, aligned allocation. Not part of the public API. */
+#ifndef MHA_COMMON_H
+#define MHA_COMMON_H
+
+#include "mha.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define MHA_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define MHA_PRINTF(a, b)
+#endif
+
+/* Records a detail for mha_last_error() and returns s, so that failing
+ * paths read: return mha__fail(MHA_ERR_SHAPE, "T (%lld) ...", ...); */
+mha_status mha__fail(mha_status s, const char *fmt, ...) MHA_PRINTF(2, 3);
+void mha__clear_error(void);
+
+/* Checked arithmetic on sizes: false on overflow (result then unspecified). */
+static inline bool mha__mul_size(size_t a, size_t b, size_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool mha__add_size(size_t a, size_t b, size_t *r) {
+    return !__builtin_add_overflow(a, b, r);
+}
+static inline bool mha__mul_i64(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+
+/* 64-byte aligned allocation; mha__free accepts NULL. */
+void *mha__alloc(size_t bytes);
+void *mha__calloc(size_t bytes);
+void mha__free(void *p);
+
+/* Round up to a multiple of 64 (bytes), for carving workspaces. */
+static inline size_t mha__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
+
+#endif

@@ -1,0 +1,72 @@
+/* cpu.c — CPU-feature detection (once) and the runtime settings: which
+ * kernels, which BLAS, how many threads. */
+#include "common.h"
+#include "kernels/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(MHA_HAVE_OPENMP)
+#include <omp.h>
+#endif
+
+static int detect_avx2(void) {
+#if defined(MHA_HAVE_AVX2_KERNELS) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    /* __builtin_cpu_supports checks the OS saves ymm state (XGETBV) too. */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+bool mha__forced_ref(void) {
+    const char *env = getenv("MHA_ISA");
+    return env && strcmp(env, "ref") == 0;
+}
+
+static mha__isa_t detect(void) {
+    if (mha__forced_ref()) return MHA_ISA_REF;
+    return detect_avx2() ? MHA_ISA_AVX2 : MHA_ISA_REF;
+}
+
+mha__isa_t mha__isa(void) {
+    /* Racing first calls compute the same value; the store is atomic. */
+    static int cached = -1;
+    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (v < 0) {
+        v = (int)detect();
+        __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
+    }
+    return (mha__isa_t)v;
+}
+
+const char *mha_runtime_isa(void) {
+    return mha__isa() == MHA_ISA_AVX2 ? "avx2" : "ref";
+}
+
+const char *mha_runtime_blas(void) {
+    if (mha__forced_ref()) return "ref";
+#if defined(MHA_HAVE_OPENBLAS)
+    return "openblas";
+#else
+    return "builtin";
+#endif
+}
+
+int mha_runtime_threads(void) {
+#if defined(MHA_HAVE_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+mha_status mha_runtime_set_threads(int n) {
+    if (n < 1) return mha__fail(MHA_ERR_ARGUMENT, "thread count (%d) must be >= 1", n);
+#if defined(MHA_HAVE_OPENMP)
+    omp_set_num_threads(n);
+#endif
+    mha__blas_set_threads(n);
+    return MHA_OK;
+}

@@ -1,0 +1,471 @@
+/* modules.c — the book's five attention modules: configuration, parameters
+ * (named as PyTorch's state_dict, initialised in PyTorch's construction
+ * order) and the forward pass over the shared attention layer. */
+#include "modules.h"
+
+#include "attention/attention.h"
+#include "common/common.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- configuration ---------------------------------------------------- */
+
+static const char *const kind_names[] = {
+    [MHA_SELF_ATTENTION_V1] = "SelfAttention_v1",
+    [MHA_SELF_ATTENTION_V2] = "SelfAttention_v2",
+    [MHA_CAUSAL_ATTENTION] = "CausalAttention",
+    [MHA_MULTI_HEAD_ATTENTION_WRAPPER] = "MultiHeadAttentionWrapper",
+    [MHA_MULTI_HEAD_ATTENTION] = "MultiHeadAttention",
+};
+
+static bool kind_valid(mha_kind k) {
+    return k >= MHA_SELF_ATTENTION_V1 && k <= MHA_MULTI_HEAD_ATTENTION;
+}
+
+const char *mha_kind_name(mha_kind kind) { return kind_valid(kind) ? kind_names[kind] : NULL; }
+
+mha_status mha_kind_from_name(const char *name, mha_kind *out) {
+    if (!name || !out) return mha__fail(MHA_ERR_ARGUMENT, "module name is NULL");
+    for (int k = MHA_SELF_ATTENTION_V1; k <= MHA_MULTI_HEAD_ATTENTION; k++)
+        if (strcmp(name, kind_names[k]) == 0) {
+            *out = (mha_kind)k;
+            return MHA_OK;
+        }
+    return mha__fail(MHA_ERR_UNKNOWN_MODULE,
+                     "unknown module '%.80s' (expected SelfAttention_v1, SelfAttention_v2, "
+                     "CausalAttention, MultiHeadAttentionWrapper or MultiHeadAttention)",
+                     name);
+}
+
+void mha_config_init(mha_config *c, mha_kind kind) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->num_heads = 1;
+}
+
+int mha_config_is_batched(const mha_config *c) {
+    return c && c->kind >= MHA_CAUSAL_ATTENTION && kind_valid(c->kind);
+}
+
+static bool has_heads(mha_kind k) {
+    return k == MHA_MULTI_HEAD_ATTENTION_WRAPPER || k == MHA_MULTI_HEAD_ATTENTION;
+}
+
+int64_t mha_config_output_width(const mha_config *c) {
+    if (!c) return 0;
+    return c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER ? c->num_heads * c->d_out : c->d_out;
+}
+
+/* Sizes are capped well below anything that could overflow later products
+ * of two of them with a token count. */
+#define MHA_MAX_DIM ((int64_t)1 << 24)
+
+/* Number of parameter floats, or 0 on overflow. */
+static size_t param_floats(const mha_config *c) {
+    const int64_t W = mha_config_output_width(c);
+    int64_t n, t;
+    if (!mha__mul_i64(3 * W, c->d_in, &n)) return 0;
+    if (c->qkv_bias && c->kind != MHA_SELF_ATTENTION_V1 && __builtin_add_overflow(n, 3 * W, &n))
+        return 0;
+    if (c->kind == MHA_MULTI_HEAD_ATTENTION &&
+        (!mha__mul_i64(c->d_out, c->d_out + 1, &t) || __builtin_add_overflow(n, t, &n)))
+        return 0;
+    size_t bytes;
+    if (n <= 0 || !mha__mul_size((size_t)n, sizeof(float), &bytes)) return 0;
+    return (size_t)n;
+}
+
+mha_status mha_config_validate(const mha_config *c) {
+    if (!c) return mha__fail(MHA_ERR_ARGUMENT, "configuration is NULL");
+    if (!kind_valid(c->kind))
+        return mha__fail(MHA_ERR_UNKNOWN_MODULE, "unknown module kind %d", (int)c->kind);
+    if (c->d_in < 1) return mha__fail(MHA_ERR_CONFIG, "d_in must be positive, got %lld", (long long)c->d_in);
+    if (c->d_out < 1) return mha__fail(MHA_ERR_CONFIG, "d_out must be positive, got %lld", (long long)c->d_out);
+    if (c->d_in > MHA_MAX_DIM || c->d_out > MHA_MAX_DIM)
+        return mha__fail(MHA_ERR_OVERFLOW, "d_in (%lld) and d_out (%lld) must be at most %lld",
+                         (long long)c->d_in, (long long)c->d_out, (long long)MHA_MAX_DIM);
+    if (c->kind != MHA_SELF_ATTENTION_V1 && c->qkv_bias != 0 && c->qkv_bias != 1)
+        return mha__fail(MHA_ERR_CONFIG, "qkv_bias must be 0 or 1, got %d", c->qkv_bias);
+    if (c->kind >= MHA_CAUSAL_ATTENTION) {
+        if (c->context_length < 1)
+            return mha__fail(MHA_ERR_CONFIG, "context_length must be positive, got %lld",
+                             (long long)c->context_length);
+        if (c->context_length > MHA_MAX_DIM)
+            return mha__fail(MHA_ERR_OVERFLOW, "context_length (%lld) must be at most %lld",
+                             (long long)c->context_length, (long long)MHA_MAX_DIM);
+        if (!(c->dropout >= 0.0 && c->dropout < 1.0))
+            return mha__fail(MHA_ERR_CONFIG, "dropout must be in [0, 1), got %g", c->dropout);
+    }
+    if (has_heads(c->kind)) {
+        if (c->num_heads < 1)
+            return mha__fail(MHA_ERR_CONFIG, "num_heads must be positive, got %lld",
+                             (long long)c->num_heads);
+        if (c->num_heads > MHA_MAX_DIM)
+            return mha__fail(MHA_ERR_OVERFLOW, "num_heads (%lld) must be at most %lld",
+                             (long long)c->num_heads, (long long)MHA_MAX_DIM);
+        if (c->kind == MHA_MULTI_HEAD_ATTENTION && c->d_out % c->num_heads != 0)
+            return mha__fail(MHA_ERR_CONFIG, "d_out (%lld) must be divisible by num_heads (%lld)",
+                             (long long)c->d_out, (long long)c->num_heads);
+        if (c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER && c->num_heads * c->d_out > MHA_MAX_DIM)
+            return mha__fail(MHA_ERR_OVERFLOW, "num_heads * d_out (%lld) must be at most %lld",
+                             (long long)(c->num_heads * c->d_out), (long long)MHA_MAX_DIM);
+    }
+    if (param_floats(c) == 0)
+        return mha__fail(MHA_ERR_OVERFLOW, "parameter count overflows for d_in=%lld d_out=%lld",
+                         (long long)c->d_in, (long long)c->d_out);
+    return MHA_OK;
+}
+
+/* ---- parameters --------------------------------------------------------- */
+
+/* A normalised copy of the configuration: fields the class does not take
+ * get their defaults, so two configs of the same module compare equal. */
+static mha_config normalise(const mha_config *c) {
+    mha_config n = *c;
+    if (c->kind < MHA_CAUSAL_ATTENTION) {
+        n.context_length = 0;
+        n.dropout = 0.0;
+    }
+    if (!has_heads(c->kind)) n.num_heads = 1;
+    if (c->kind == MHA_SELF_ATTENTION_V1) n.qkv_bias = 0;
+    return n;
+}
+
+typedef struct {
+    mha_module *m;
+    char *name_at;
+    size_t name_left;
+} param_builder;
+
+static void add_param(param_builder *pb, const char *prefix, const char *name, float *data,
+                      int ndim, int64_t s0, int64_t s1) {
+    mha_param *p = &pb->m->params[pb->m->n_params++];
+    int len = snprintf(pb->name_at, pb->name_left, "%s%s", prefix, name);
+    p->name = pb->name_at;
+    pb->name_at += len + 1;
+    pb->name_left -= (size_t)len + 1;
+    p->ndim = ndim;
+    p->shape[0] = s0;
+    p->shape[1] = ndim == 2 ? s1 : 0;
+    p->numel = (size_t)s0 * (size_t)(ndim == 2 ? s1 : 1);
+    p->data = data;
+}
+
+/* Registers the parameters in state_dict order and points them into the
+ * arena (layout described in modules.h). */
+static void build_params(mha_module *m) {
+    const mha_config *c = &m->cfg;
+    const int64_t Din = c->d_in, Dout = c->d_out;
+    param_builder pb = {m, m->names, 0};
+    pb.name_left = (size_t)(m->H * 3 * 2 + 2) * 40u;
+    static const char *const role[3] = {"W_query", "W_key", "W_value"};
+    char prefix[40] = "", name[40];
+
+    if (c->kind == MHA_SELF_ATTENTION_V1) {
+        for (int r = 0; r < 3; r++)
+            add_param(&pb, "", role[r], m->w_qkv + r * Din * Dout, 2, Din, Dout);
+        return;
+    }
+    /* v2, Causal, MHA: one set of q/k/v (H = 1 block); wrapper: per head.
+     * For MHA the blocks are full width (W == D_out). */
+    const int64_t blocks = c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER ? m->H : 1;
+    for (int64_t h = 0; h < blocks; h++) {
+        if (c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER)
+            snprintf(prefix, sizeof prefix, "heads.%lld.", (long long)h);
+        for (int r = 0; r < 3; r++) {
+            const int64_t row = (h * 3 + r) * Dout;
+            snprintf(name, sizeof name, "%s.weight", role[r]);
+            add_param(&pb, prefix, name, m->w_qkv + row * Din, 2, Dout, Din);
+            if (m->b_qkv) {
+                snprintf(name, sizeof name, "%s.bias", role[r]);
+                add_param(&pb, prefix, name, m->b_qkv + row, 1, Dout, 0);
+            }
+        }
+    }
+    if (c->kind == MHA_MULTI_HEAD_ATTENTION) {
+        add_param(&pb, "", "out_proj.weight", m->w_out, 2, Dout, Dout);
+        add_param(&pb, "", "out_proj.bias", m->b_out, 1, Dout, 0);
+    }
+}
+
+mha_status mha_module_create(const mha_config *cfg, mha_module **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
+    *out = NULL;
+    mha_status st = mha_config_validate(cfg);
+    if (st != MHA_OK) return st;
+
+    mha_module *m = mha__calloc(sizeof *m);
+    if (!m) return mha__fail(MHA_ERR_NOMEM, "out of memory creating module");
+    m->cfg = normalise(cfg);
+    const mha_config *c = &m->cfg;
+    m->H = has_heads(c->kind) ? c->num_heads : 1;
+    m->HD = c->kind == MHA_MULTI_HEAD_ATTENTION ? c->d_out / c->num_heads : c->d_out;
+    m->W = m->H * m->HD;
+    m->P = 3 * m->W;
+    m->arena_floats = param_floats(c);
+    m->arena = mha__calloc(m->arena_floats * sizeof(float));
+    const size_t max_params = (size_t)(m->H * 3 * 2 + 2);
+    m->params = mha__calloc(max_params * sizeof(mha_param));
+    m->names = mha__calloc(max_params * 40u);
+    if (!m->arena || !m->params || !m->names) {
+        mha_module_free(m);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu parameters", m->arena_floats);
+    }
+    float *at = m->arena;
+    m->w_qkv = at;
+    at += m->P * c->d_in;
+    if (c->qkv_bias && c->kind != MHA_SELF_ATTENTION_V1) {
+        m->b_qkv = at;
+        at += m->P;
+    }
+    if (c->kind == MHA_MULTI_HEAD_ATTENTION) {
+        m->w_out = at;
+        at += c->d_out * c->d_out;
+        m->b_out = at;
+    }
+    build_params(m);
+    *out = m;
+    return MHA_OK;
+}
+
+mha_status mha_module_init(mha_module *m, mha_generator *g) {
+    if (!m || !g) return mha__fail(MHA_ERR_ARGUMENT, "module or generator is NULL");
+    const mha_config *c = &m->cfg;
+    if (c->kind == MHA_SELF_ATTENTION_V1) {
+        /* nn.Parameter(torch.rand(d_in, d_out)) for query, key, value. */
+        mha_generator_uniform(g, m->w_qkv, (size_t)m->P * (size_t)c->d_in, 0.0, 1.0);
+        return MHA_OK;
+    }
+    /* Each nn.Linear draws its weight then its bias, in __init__ order; the
+     * params are registered in exactly that order. */
+    for (size_t i = 0; i < m->n_params; i++) {
+        mha_param *p = &m->params[i];
+        if (p->ndim != 2) continue;
+        mha_param *bias = (i + 1 < m->n_params && m->params[i + 1].ndim == 1) ? &m->params[i + 1] : NULL;
+        mha_status st = mha_generator_linear_init(g, p->data, bias ? bias->data : NULL,
+                                                  p->shape[1], p->shape[0]);
+        if (st != MHA_OK) return st;
+    }
+    return MHA_OK;
+}
+
+mha_status mha_module_create_seeded(const mha_config *cfg, uint64_t seed, mha_module **out) {
+    mha_status st = mha_module_create(cfg, out);
+    if (st != MHA_OK) return st;
+    mha_generator *g = NULL;
+    st = mha_generator_create(seed, &g);
+    if (st == MHA_OK) st = mha_module_init(*out, g);
+    mha_generator_free(g);
+    if (st != MHA_OK) {
+        mha_module_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void mha_module_free(mha_module *m) {
+    if (!m) return;
+    mha__free(m->arena);
+    mha__free(m->params);
+    mha__free(m->names);
+    mha__free(m->ws);
+    mha__free(m);
+}
+
+const mha_config *mha_module_config(const mha_module *m) { return m ? &m->cfg : NULL; }
+
+size_t mha_module_num_params(const mha_module *m) { return m ? m->n_params : 0; }
+
+mha_status mha_module_param(const mha_module *m, size_t i, mha_param *out) {
+    if (!m || !out) return mha__fail(MHA_ERR_ARGUMENT, "module or output is NULL");
+    if (i >= m->n_params)
+        return mha__fail(MHA_ERR_ARGUMENT, "parameter index %zu out of range (%zu parameters)", i,
+                         m->n_params);
+    *out = m->params[i];
+    return MHA_OK;
+}
+
+mha_status mha_module_find_param(const mha_module *m, const char *name, mha_param *out) {
+    if (!m || !name || !out) return mha__fail(MHA_ERR_ARGUMENT, "module, name or output is NULL");
+    for (size_t i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) {
+            *out = m->params[i];
+            return MHA_OK;
+        }
+    return mha__fail(MHA_ERR_MISSING, "%s has no parameter '%.100s'", kind_names[m->cfg.kind], name);
+}
+
+int64_t mha_module_param_scalars(const mha_module *m) { return m ? (int64_t)m->arena_floats : 0; }
+
+mha_status mha_module_check_finite(const mha_module *m) {
+    if (!m) return mha__fail(MHA_ERR_ARGUMENT, "module is NULL");
+    for (size_t i = 0; i < m->n_params; i++) {
+        const mha_param *p = &m->params[i];
+        for (size_t j = 0; j < p->numel; j++)
+            if (!isfinite(p->data[j]))
+                return mha__fail(MHA_ERR_NONFINITE, "parameter '%s' holds %s at element %zu", p->name,
+                                 isnan(p->data[j]) ? "NaN" : "infinity", j);
+    }
+    return MHA_OK;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+void mha__module_qkv_layout(const mha_module *m, int64_t *q_base, int64_t *k_base,
+                            int64_t *v_base, int64_t *head_stride) {
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER) {
+        /* per head [q | k | v], each D_out wide */
+        *q_base = 0;
+        *k_base = m->HD;
+        *v_base = 2 * m->HD;
+        *head_stride = 3 * m->HD;
+    } else {
+        /* [q (all heads) | k | v], head h at h * HD inside each */
+        *q_base = 0;
+        *k_base = m->W;
+        *v_base = 2 * m->W;
+        *head_stride = m->HD;
+    }
+}
+
+mha_status mha__module_check_input(const mha_module *m, const float *x, int64_t B, int64_t T) {
+    const mha_config *c = &m->cfg;
+    if (B < 1 || T < 1)
+        return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive",
+                         (long long)B, (long long)T);
+    if (!mha_config_is_batched(c) && B != 1)
+        return mha__fail(MHA_ERR_SHAPE, "%s takes one sequence (T, d_in); got a batch of %lld",
+                         kind_names[c->kind], (long long)B);
+    if (mha_config_is_batched(c) && T > c->context_length)
+        return mha__fail(MHA_ERR_CONTEXT_LENGTH, "%lld tokens exceed context_length %lld",
+                         (long long)T, (long long)c->context_length);
+    int64_t rows, n, p;
+    if (!mha__mul_i64(B, T, &rows) || !mha__mul_i64(rows, c->d_in, &n) ||
+        !mha__mul_i64(rows, 4 * m->P, &p) || rows > ((int64_t)1 << 40))
+        return mha__fail(MHA_ERR_OVERFLOW, "batch (%lld) x tokens (%lld) is too large", (long long)B,
+                         (long long)T);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return mha__fail(MHA_ERR_NONFINITE, "input x holds %s at (%lld, %lld, %lld)",
+                             isnan(x[i]) ? "NaN" : "infinity", (long long)(i / (T * c->d_in)),
+                             (long long)(i / c->d_in % T), (long long)(i % c->d_in));
+    return MHA_OK;
+}
+
+void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B, int64_t T) {
+    const mha_config *c = &m->cfg;
+    const int64_t rows = B * T, Din = c->d_in, Dout = c->d_out;
+    if (c->kind == MHA_SELF_ATTENTION_V1) {
+        /* x @ W_query etc.: W is (D_in, D_out) */
+        for (int r = 0; r < 3; r++)
+            mha__sgemm(false, false, rows, Dout, Din, 1.0f, x, Din, m->w_qkv + r * Din * Dout, Dout,
+                       0.0f, qkv + r * Dout, m->P);
+        return;
+    }
+    /* One GEMM over the stacked weights: (rows, D_in) x (P, D_in)^T. */
+    mha__sgemm(false, true, rows, m->P, Din, 1.0f, x, Din, m->w_qkv, Din, 0.0f, qkv, m->P);
+    if (m->b_qkv)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < m->P; j++) qkv[i * m->P + j] += m->b_qkv[j];
+}
+
+/* Workspace layout: [qkv (B*T, P)] [ctx (B*T, W), MHA only] [attention]. */
+typedef struct {
+    size_t qkv, ctx, attn, total;
+} ws_layout;
+
+static void attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B, int64_t T,
+                           mha_generator *rng) {
+    const mha_config *c = &m->cfg;
+    memset(d, 0, sizeof *d);
+    d->B = B;
+    d->T = T;
+    d->H = m->H;
+    d->HD = m->HD;
+    d->ld_qkv = m->P;
+    mha__module_qkv_layout(m, &d->q_base, &d->k_base, &d->v_base, &d->head_stride);
+    d->ldo = m->W;
+    /* PyTorch divides by sqrt(d_k); multiplying by the float reciprocal
+     * differs by at most one rounding of the scores. */
+    d->scale = (float)(1.0 / sqrt((double)m->HD));
+    d->causal = c->kind >= MHA_CAUSAL_ATTENTION;
+    if (rng && c->kind >= MHA_CAUSAL_ATTENTION && c->dropout > 0.0) {
+        d->dropout = MHA_DROPOUT_TORCH;
+        d->p = c->dropout;
+        d->gen = rng;
+        d->heads_outer = c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER;
+    }
+}
+
+static bool plan_workspace(const mha_module *m, int64_t B, int64_t T, bool training, ws_layout *L) {
+    mha__attention_desc d;
+    mha_generator *fake = training ? (mha_generator *)(uintptr_t)1 : NULL; /* only its presence matters */
+    attention_desc(m, &d, B, T, fake);
+    size_t rows = (size_t)B * (size_t)T, qkv, ctx = 0, attn = mha__attention_workspace(&d);
+    if (attn == 0 || !mha__mul_size(rows, (size_t)m->P * sizeof(float), &qkv)) return false;
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION &&
+        !mha__mul_size(rows, (size_t)m->W * sizeof(float), &ctx))
+        return false;
+    L->qkv = 0;
+    L->ctx = mha__align64(qkv);
+    L->attn = L->ctx + mha__align64(ctx);
+    return mha__add_size(L->attn, attn, &L->total);
+}
+
+size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T, int training) {
+    if (!m || B < 1 || T < 1) return 0;
+    ws_layout L;
+    if (!plan_workspace(m, B, T, training != 0, &L)) return 0;
+    return L.total;
+}
+
+mha_status mha_module_forward(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
+                              mha_generator *dropout_rng, void *workspace, size_t workspace_size) {
+    if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "module, y or x is NULL");
+    mha_status st = mha__module_check_input(m, x, B, T);
+    if (st != MHA_OK) return st;
+    ws_layout L;
+    if (!plan_workspace(m, B, T, dropout_rng != NULL, &L))
+        return mha__fail(MHA_ERR_OVERFLOW, "workspace size for batch %lld x %lld tokens overflows",
+                         (long long)B, (long long)T);
+    if (workspace) {
+        if (workspace_size < L.total)
+            return mha__fail(MHA_ERR_WORKSPACE, "forward needs %zu bytes of workspace, got %zu",
+                             L.total, workspace_size);
+    } else {
+        if (m->ws_size < L.total) {
+            void *ws = mha__alloc(L.total);
+            if (!ws) return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu bytes of workspace", L.total);
+            mha__free(m->ws);
+            m->ws = ws;
+            m->ws_size = L.total;
+        }
+        workspace = m->ws;
+        workspace_size = m->ws_size;
+    }
+    char *ws = workspace;
+    float *qkv = (float *)(void *)(ws + L.qkv);
+    const bool mha = m->cfg.kind == MHA_MULTI_HEAD_ATTENTION;
+    float *ctx = mha ? (float *)(void *)(ws + L.ctx) : y;
+
+    mha__module_project(m, qkv, x, B, T);
+
+    mha__attention_desc d;
+    attention_desc(m, &d, B, T, dropout_rng);
+    d.qkv = qkv;
+    d.o = ctx;
+    st = mha__attention_forward(&d, ws + L.attn, workspace_size - L.attn);
+    if (st != MHA_OK) return st;
+
+    if (mha) {
+        const int64_t rows = B * T, Dout = m->cfg.d_out;
+        mha__sgemm(false, true, rows, Dout, Dout, 1.0f, ctx, Dout, m->w_out, Dout, 0.0f, y, Dout);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < Dout; j++) y[i * Dout + j] += m->b_out[j];
+    }
+    return MHA_OK;
+}

@@ -1,0 +1,42 @@
+/* modules.h — the module object, shared by the module files. */
+#ifndef MHA_MODULES_H
+#define MHA_MODULES_H
+
+#include "mha.h"
+
+struct mha_module {
+    mha_config cfg;
+    int64_t H;     /* heads: num_heads for the wrapper and MultiHeadAttention, else 1 */
+    int64_t HD;    /* head dim */
+    int64_t W;     /* width of Q (and K, V, the context): H * HD */
+    int64_t P;     /* row width of the packed projection output: 3 * W */
+    float *arena;  /* every parameter, in the layout below */
+    size_t arena_floats;
+    /* Stacked projection weights, rows in the order of the qkv columns:
+     *   v1:           W_query, W_key, W_value, each (D_in, D_out) as PyTorch
+     *   v2, Causal:   [q; k; v] each (D_out, D_in)   -> (3*D_out, D_in)
+     *   wrapper:      per head [q; k; v]              -> (3*H*D_out, D_in)
+     *   MHA:          [q; k; v] each (D_out, D_in)    -> (3*D_out, D_in)  */
+    float *w_qkv;
+    float *b_qkv;  /* (P) in the same order, or NULL without qkv_bias */
+    float *w_out;  /* MHA: out_proj.weight (D_out, D_out) */
+    float *b_out;  /* MHA: out_proj.bias (D_out) */
+    mha_param *params;
+    size_t n_params;
+    char *names;   /* storage for the parameter names */
+    void *ws;      /* module-owned workspace (grown on demand) */
+    size_t ws_size;
+};
+
+/* Column offsets of head h's q, k and v inside a packed qkv row, and the
+ * stride between heads. */
+void mha__module_qkv_layout(const mha_module *m, int64_t *q_base, int64_t *k_base,
+                            int64_t *v_base, int64_t *head_stride);
+
+/* Shape/finiteness checks shared by forward and traced forward. */
+mha_status mha__module_check_input(const mha_module *m, const float *x, int64_t B, int64_t T);
+
+/* qkv (B*T, P) = x W_qkv^T + b_qkv (x @ W for v1). */
+void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B, int64_t T);
+
+#endif
