@@ -188,7 +188,6 @@ static int cmd_demo(int argc, char **argv) {
 
     printf("mha %s: chapter 3 of \"Build a Large Language Model (From Scratch)\", computed in C\n",
            mha_version());
-    printf("kernels: %s, projections: %s\n", mha_runtime_isa(), mha_runtime_blas());
     heading("inputs: \"Your journey starts with one step\" (6 tokens, d_in = 3)");
     print_tensor(stdout, "inputs = ", x, 2, s63);
 

@@ -1,0 +1,189 @@
+/* test_modules.c — the module API: configuration errors, forward errors
+ * (with y untouched), parameter names, workspace handling, the traced forward
+ * against the forward, and thread-count independence. */
+#include "mha.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static mha_config cfg(mha_kind kind, int64_t d_in, int64_t d_out, int64_t ctx, double p, int64_t heads,
+                      int bias) {
+    mha_config c;
+    mha_config_init(&c, kind);
+    c.d_in = d_in;
+    c.d_out = d_out;
+    c.context_length = ctx;
+    c.dropout = p;
+    c.num_heads = heads;
+    c.qkv_bias = bias;
+    return c;
+}
+
+static void expect_config_error(mha_config c, mha_status want, const char *keyword) {
+    mha_module *m = (mha_module *)1;
+    mha_status st = mha_module_create(&c, &m);
+    CHECK(st == want, "config error: got %s, want %s (%s)", mha_status_name(st), mha_status_name(want),
+          mha_last_error());
+    CHECK(m == NULL, "module pointer cleared on failure");
+    CHECK(strstr(mha_last_error(), keyword) != NULL, "detail '%s' names '%s'", mha_last_error(), keyword);
+}
+
+static void fill(float *x, size_t n, unsigned seed) {
+    srand(seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+}
+
+static float max_abs_diff(const float *a, const float *b, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i] - b[i]));
+    return m;
+}
+
+static void trace_nop(void *u, const char *s, const char *e, int nd, const int64_t *sh, const float *d) {
+    (void)s, (void)e, (void)nd, (void)sh, (void)d;
+    ++*(int *)u;
+}
+
+int main(void) {
+    /* status table */
+    CHECK(strcmp(mha_status_name(MHA_ERR_SHAPE), "MHA_ERR_SHAPE") == 0, "name");
+    CHECK(strcmp(mha_status_name((mha_status)-999), "MHA_UNKNOWN_STATUS") == 0, "unknown name");
+    CHECK(mha_status_string(MHA_OK)[0] != '\0', "string");
+    CHECK(strcmp(mha_version(), MHA_VERSION_STRING) == 0, "version");
+
+    /* kind names */
+    for (int k = MHA_SELF_ATTENTION_V1; k <= MHA_MULTI_HEAD_ATTENTION; k++) {
+        mha_kind back;
+        CHECK(mha_kind_from_name(mha_kind_name((mha_kind)k), &back) == MHA_OK && back == (mha_kind)k, "kind %d", k);
+    }
+    mha_kind kk;
+    CHECK(mha_kind_from_name("MultiheadAttention", &kk) == MHA_ERR_UNKNOWN_MODULE, "unknown class");
+
+    /* configuration errors */
+    const mha_kind MHA = MHA_MULTI_HEAD_ATTENTION;
+    expect_config_error(cfg(MHA, 3, 5, 6, 0, 2, 0), MHA_ERR_CONFIG, "divisible by num_heads");
+    expect_config_error(cfg(MHA, 0, 4, 6, 0, 2, 0), MHA_ERR_CONFIG, "d_in");
+    expect_config_error(cfg(MHA, 3, -4, 6, 0, 2, 0), MHA_ERR_CONFIG, "d_out");
+    expect_config_error(cfg(MHA, 3, 4, 0, 0, 2, 0), MHA_ERR_CONFIG, "context_length");
+    expect_config_error(cfg(MHA, 3, 4, 6, 1.0, 2, 0), MHA_ERR_CONFIG, "dropout");
+    expect_config_error(cfg(MHA, 3, 4, 6, -0.1, 2, 0), MHA_ERR_CONFIG, "dropout");
+    expect_config_error(cfg(MHA, 3, 4, 6, NAN, 2, 0), MHA_ERR_CONFIG, "dropout");
+    expect_config_error(cfg(MHA, 3, 4, 6, 0, 0, 0), MHA_ERR_CONFIG, "num_heads");
+    expect_config_error(cfg(MHA, 3, 4, 6, 0, 2, 2), MHA_ERR_CONFIG, "qkv_bias");
+    expect_config_error(cfg(MHA, (int64_t)1 << 40, 4, 6, 0, 2, 0), MHA_ERR_OVERFLOW, "d_in");
+    expect_config_error(cfg(MHA, 3, 4, (int64_t)1 << 50, 0, 2, 0), MHA_ERR_OVERFLOW, "context_length");
+    expect_config_error(cfg(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 1 << 20, 6, 0, 1 << 20, 0), MHA_ERR_OVERFLOW, "num_heads");
+    expect_config_error(cfg((mha_kind)99, 3, 4, 6, 0, 2, 0), MHA_ERR_UNKNOWN_MODULE, "kind");
+    expect_config_error(cfg(MHA_CAUSAL_ATTENTION, 3, 4, -1, 0, 1, 0), MHA_ERR_CONFIG, "context_length");
+    CHECK(mha_module_create(NULL, NULL) == MHA_ERR_ARGUMENT, "NULL out");
+
+    /* parameter names, shapes and state_dict order */
+    mha_module *m = NULL;
+    mha_config c = cfg(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 6, 0, 2, 1);
+    CHECK(mha_module_create_seeded(&c, 1, &m) == MHA_OK, "wrapper");
+    static const char *const wnames[] = {"heads.0.W_query.weight", "heads.0.W_query.bias", "heads.0.W_key.weight",
+                                         "heads.0.W_key.bias", "heads.0.W_value.weight", "heads.0.W_value.bias",
+                                         "heads.1.W_query.weight", "heads.1.W_query.bias", "heads.1.W_key.weight",
+                                         "heads.1.W_key.bias", "heads.1.W_value.weight", "heads.1.W_value.bias"};
+    CHECK(mha_module_num_params(m) == 12, "12 params, got %zu", mha_module_num_params(m));
+    for (size_t i = 0; i < 12 && i < mha_module_num_params(m); i++) {
+        mha_param p;
+        mha_module_param(m, i, &p);
+        CHECK(strcmp(p.name, wnames[i]) == 0, "param %zu is %s, want %s", i, p.name, wnames[i]);
+        CHECK(p.ndim == (i % 2 ? 1 : 2) && p.shape[0] == 2 && (p.ndim == 1 || p.shape[1] == 3), "shape of %s", p.name);
+    }
+    mha_param p;
+    CHECK(mha_module_find_param(m, "out_proj.weight", &p) == MHA_ERR_MISSING, "no out_proj in the wrapper");
+    CHECK(mha_module_param(m, 12, &p) == MHA_ERR_ARGUMENT, "index out of range");
+    mha_module_free(m);
+    mha_module_free(NULL);
+
+    /* forward errors leave y untouched */
+    c = cfg(MHA, 4, 6, 8, 0.1, 3, 0);
+    CHECK(mha_module_create_seeded(&c, 7, &m) == MHA_OK, "mha");
+    float x[2 * 9 * 4], y[2 * 9 * 6], y2[2 * 9 * 6];
+    fill(x, sizeof x / sizeof *x, 1);
+    for (size_t i = 0; i < sizeof y / sizeof *y; i++) y[i] = 42.0f;
+    CHECK(mha_module_forward(m, y, x, 0, 5, NULL, NULL, 0) == MHA_ERR_SHAPE, "B = 0");
+    CHECK(mha_module_forward(m, y, x, 2, 0, NULL, NULL, 0) == MHA_ERR_SHAPE, "T = 0");
+    CHECK(mha_module_forward(m, y, x, 2, 9, NULL, NULL, 0) == MHA_ERR_CONTEXT_LENGTH, "T > context_length");
+    CHECK(strstr(mha_last_error(), "context_length 8") != NULL, "detail: %s", mha_last_error());
+    CHECK(mha_module_forward(m, y, x, (int64_t)1 << 40, 8, NULL, NULL, 0) == MHA_ERR_OVERFLOW, "huge batch");
+    CHECK(mha_module_forward(m, NULL, x, 2, 8, NULL, NULL, 0) == MHA_ERR_ARGUMENT, "NULL y");
+    x[5] = NAN;
+    CHECK(mha_module_forward(m, y, x, 2, 8, NULL, NULL, 0) == MHA_ERR_NONFINITE, "NaN input");
+    x[5] = INFINITY;
+    CHECK(mha_module_forward(m, y, x, 2, 8, NULL, NULL, 0) == MHA_ERR_NONFINITE, "inf input");
+    x[5] = 0.25f;
+    char small[64];
+    CHECK(mha_module_forward(m, y, x, 2, 8, NULL, small, sizeof small) == MHA_ERR_WORKSPACE, "workspace too small");
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof y / sizeof *y; i++) untouched &= y[i] == 42.0f;
+    CHECK(untouched, "y untouched by failed calls");
+
+    /* caller workspace == module workspace; eval is deterministic */
+    size_t wsz = mha_module_workspace_size(m, 2, 8, 0);
+    CHECK(wsz > 0, "workspace size");
+    void *ws = aligned_alloc(64, (wsz + 63) / 64 * 64);
+    CHECK(mha_module_forward(m, y, x, 2, 8, NULL, ws, wsz) == MHA_OK, "forward with workspace");
+    CHECK(mha_module_forward(m, y2, x, 2, 8, NULL, NULL, 0) == MHA_OK, "forward");
+    CHECK(memcmp(y, y2, 2 * 8 * 6 * sizeof(float)) == 0, "same result with either workspace");
+    free(ws);
+
+    /* traced forward == forward, in eval and in training mode */
+    int steps = 0;
+    CHECK(mha_module_forward_traced(m, y2, x, 2, 8, NULL, trace_nop, &steps) == MHA_OK, "traced");
+    CHECK(steps >= 14, "traced steps %d", steps);
+    CHECK(max_abs_diff(y, y2, 2 * 8 * 6) < 1e-5f, "traced vs forward %g", (double)max_abs_diff(y, y2, 96));
+    mha_generator *g1 = NULL, *g2 = NULL;
+    mha_generator_create(99, &g1);
+    mha_generator_create(99, &g2);
+    CHECK(mha_module_forward(m, y, x, 2, 8, g1, NULL, 0) == MHA_OK, "train forward");
+    CHECK(mha_module_forward_traced(m, y2, x, 2, 8, g2, NULL, NULL) == MHA_OK, "train traced");
+    CHECK(max_abs_diff(y, y2, 96) < 1e-5f, "train traced vs forward %g", (double)max_abs_diff(y, y2, 96));
+    CHECK(mha_generator_random(g1) == mha_generator_random(g2), "both consumed the same draws");
+    mha_generator_free(g1);
+    mha_generator_free(g2);
+    mha_module_free(m);
+
+    /* v1/v2 take one sequence */
+    c = cfg(MHA_SELF_ATTENTION_V2, 4, 3, 0, 0, 1, 1);
+    CHECK(mha_module_create_seeded(&c, 3, &m) == MHA_OK, "v2");
+    CHECK(mha_module_forward(m, y, x, 2, 4, NULL, NULL, 0) == MHA_ERR_SHAPE, "v2 batch of 2");
+    CHECK(mha_module_forward(m, y, x, 1, 17, NULL, NULL, 0) == MHA_OK, "v2 has no context_length");
+    CHECK(mha_module_forward_traced(m, y, x, 1, 4, NULL, NULL, NULL) == MHA_ERR_UNSUPPORTED, "traced is MHA only");
+    mha_module_free(m);
+
+    /* non-finite weights are reported */
+    c = cfg(MHA_CAUSAL_ATTENTION, 3, 2, 4, 0, 1, 0);
+    CHECK(mha_module_create(&c, &m) == MHA_OK, "causal");
+    CHECK(mha_module_check_finite(m) == MHA_OK, "zeros are finite");
+    mha_module_find_param(m, "W_key.weight", &p);
+    p.data[1] = NAN;
+    CHECK(mha_module_check_finite(m) == MHA_ERR_NONFINITE && strstr(mha_last_error(), "W_key.weight"), "NaN weight named");
+    mha_module_free(m);
+
+    /* results do not depend on the thread count (GPT-2-like head size) */
+    c = cfg(MHA, 64, 128, 200, 0.2, 2, 1);
+    CHECK(mha_module_create_seeded(&c, 5, &m) == MHA_OK, "mha 64");
+    const int64_t B = 3, T = 157;
+    float *bx = malloc(sizeof(float) * (size_t)(B * T * 64)), *b1 = malloc(sizeof(float) * (size_t)(B * T * 128)),
+          *b2 = malloc(sizeof(float) * (size_t)(B * T * 128));
+    fill(bx, (size_t)(B * T * 64), 3);
+    for (int train = 0; train < 2; train++) {
+        mha_generator_create(11, &g1);
+        mha_generator_create(11, &g2);
+        mha_runtime_set_threads(1);
+        CHECK(mha_module_forward(m, b1, bx, B, T, train ? g1 : NULL, NULL, 0) == MHA_OK, "1 thread");
+        mha_runtime_set_threads(2);
+        CHECK(mha_module_forward(m, b2, bx, B, T, train ? g2 : NULL, NULL, 0) == MHA_OK, "2 threads");
+        CHECK(memcmp(b1, b2, sizeof(float) * (size_t)(B * T * 128)) == 0, "1 vs 2 threads bitwise (train=%d)", train);
+        mha_generator_free(g1);
+        mha_generator_free(g2);
+    }
+    CHECK(mha_runtime_set_threads(0) == MHA_ERR_ARGUMENT, "0 threads");
+    free(bx), free(b1), free(b2);
+    mha_module_free(m);
+    return TEST_END("test_modules");
+}
