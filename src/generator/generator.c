@@ -1,0 +1,450 @@
+/* generator.c — PyTorch 1.13.1's CPU generator, bit for bit.
+ *
+ * The spec is docs/torch-generator.md (section numbers below refer to it):
+ *   1. mt19937 seeded from the low 32 bits of the seed, plus the cached
+ *      double normal of at::normal_distribution<double>;
+ *   2. float uniform_ (one 32-bit draw per element);
+ *   3. nn.Linear's kaiming_uniform_ init;
+ *   4. normal_: the n >= 16 block path (normal_fill, Box-Muller on 16 floats
+ *      at a time, AVX2 or DEFAULT kernel) and the n < 16 scalar double path;
+ *   5. dropout = bernoulli_(1 - p) on 53-bit doubles;
+ *   6. nn.Embedding's init.
+ *
+ * Exactness rules: the library is compiled with -ffp-contract=off, so every
+ * a*b+c below is rounded twice unless written as fmaf(a, b, c), which is how
+ * GCC fused torch's AVX2 kernels. Float math stays in float (SSE on x86-64,
+ * FLT_EVAL_METHOD == 0); the Cephes constants are given as bit patterns so
+ * no decimal literal can round differently.
+ *
+ * The generator is a plain object: there is no global state in this file. */
+#include "generator/generator.h"
+
+#include "common/common.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* The object and mt19937 (section 1)                                        */
+/* ------------------------------------------------------------------------ */
+
+enum { MT_N = 624, MT_M = 397 };
+
+/* c10::pi<double>; M_PI is not guaranteed by ISO C. */
+static const double PI = 3.14159265358979323846;
+
+struct mha_generator {
+    uint32_t state[MT_N];
+    int left; /* draws left before the next twist, as at::mt19937 counts */
+    int next; /* index of the next state word to temper */
+    /* at::normal_distribution<double> produces two normals per pair of
+     * uniforms and parks the second (r * sin(theta), not yet scaled by
+     * std/mean) here for the next scalar-path element. */
+    bool has_dn;
+    double dn;
+    mha_rng_variant variant;
+};
+
+mha_status mha_generator_create(uint64_t seed, mha_generator **out) {
+    if (out == NULL) return mha__fail(MHA_ERR_ARGUMENT, "mha_generator_create: out is NULL");
+    *out = NULL;
+    mha_generator *g = mha__alloc(sizeof *g);
+    if (g == NULL)
+        return mha__fail(MHA_ERR_NOMEM, "mha_generator_create: cannot allocate %zu bytes",
+                         sizeof *g);
+    g->variant = MHA_RNG_AVX2;
+    mha_generator_manual_seed(g, seed);
+    *out = g;
+    return MHA_OK;
+}
+
+void mha_generator_free(mha_generator *g) { mha__free(g); }
+
+void mha_generator_manual_seed(mha_generator *g, uint64_t seed) {
+    if (g == NULL) return;
+    /* at::mt19937's constructor takes the seed as uint64 but init_genrand
+     * uses only its low 32 bits: seeds 5 and 2^32 + 5 are the same stream. */
+    g->state[0] = (uint32_t)(seed & 0xffffffffu);
+    for (uint32_t j = 1; j < MT_N; j++) {
+        uint32_t prev = g->state[j - 1];
+        g->state[j] = 1812433253u * (prev ^ (prev >> 30)) + j;
+    }
+    /* left == 1: the first draw after seeding twists the whole state. */
+    g->left = 1;
+    g->next = 0;
+    /* CPUGeneratorImpl::set_current_seed also forgets the cached normal. */
+    g->has_dn = false;
+    g->dn = 0.0;
+}
+
+void mha_generator_set_variant(mha_generator *g, mha_rng_variant v) {
+    if (g == NULL) return;
+    g->variant = (v == MHA_RNG_DEFAULT) ? MHA_RNG_DEFAULT : MHA_RNG_AVX2;
+}
+
+static inline uint32_t mt_mix(uint32_t u, uint32_t v) {
+    uint32_t y = (u & 0x80000000u) | (v & 0x7fffffffu);
+    return (y >> 1) ^ ((v & 1u) ? 0x9908b0dfu : 0u);
+}
+
+/* Regenerates all 624 words in place. Split into three loops instead of
+ * using % so the index arithmetic stays out of the hot path; the result is
+ * the textbook twist for k = 0..623. */
+static void mt_twist(uint32_t *st) {
+    int k = 0;
+    for (; k < MT_N - MT_M; k++) st[k] = st[k + MT_M] ^ mt_mix(st[k], st[k + 1]);
+    for (; k < MT_N - 1; k++) st[k] = st[k + MT_M - MT_N] ^ mt_mix(st[k], st[k + 1]);
+    st[MT_N - 1] = st[MT_M - 1] ^ mt_mix(st[MT_N - 1], st[0]);
+}
+
+/* The engine itself, for internal callers that already checked g. */
+static inline uint32_t mt_next(mha_generator *g) {
+    if (--g->left == 0) {
+        mt_twist(g->state);
+        g->left = MT_N;
+        g->next = 0;
+    }
+    uint32_t y = g->state[g->next++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+uint32_t mha_generator_random(mha_generator *g) { return g ? mt_next(g) : 0u; }
+
+uint64_t mha_generator_random64(mha_generator *g) {
+    if (g == NULL) return 0u;
+    /* Two separate statements: the first draw is the high word
+     * (detail::make64BitsFrom32Bits(hi, lo)). */
+    uint64_t hi = mt_next(g);
+    uint64_t lo = mt_next(g);
+    return (hi << 32) | lo;
+}
+
+/* uniform_real_distribution<double>(0, 1) on random64(): the low 53 bits,
+ * scaled exactly into [0, 1 - 2^-53]. */
+double mha__generator_u53(mha_generator *g) {
+    uint64_t v = mha_generator_random64(g) & ((UINT64_C(1) << 53) - 1u);
+    return (double)v * 0x1p-53;
+}
+
+/* uniform_real_distribution<float>(0, 1) on one 32-bit draw: the low 24 bits,
+ * exactly, in [0, 1 - 2^-24]. fma(x, 1, 0) == x, so this is also what the
+ * AVX2 normal_fill stores before Box-Muller. */
+static inline float u24(mha_generator *g) {
+    return (float)(mt_next(g) & 0xffffffu) * 0x1p-24f;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Uniform (section 2)                                                       */
+/* ------------------------------------------------------------------------ */
+
+void mha_generator_uniform(mha_generator *g, float *out, size_t n, double from, double to) {
+    if (g == NULL || out == NULL) return;
+    /* Both bounds are cast to float first; the width is a float
+     * subtraction, not the float of a double subtraction. */
+    const float lo = (float)from;
+    const float w = (float)to - lo;
+    if (g->variant == MHA_RNG_DEFAULT) {
+        for (size_t i = 0; i < n; i++) {
+            float x = u24(g);
+            float xw = x * w; /* rounded on its own: no FMA in this kernel */
+            out[i] = xw + lo;
+        }
+    } else {
+        /* GCC contracted x * (to - from) + from in the AVX2 build. */
+        for (size_t i = 0; i < n; i++) out[i] = fmaf(u24(g), w, lo);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Normal, block path (section 4a)                                           */
+/* ------------------------------------------------------------------------ */
+
+static inline float f32_bits(uint32_t b) {
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static inline uint32_t bits_f32(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* avx_mathfun's Cephes constants (log256_ps / sincos256_ps), as bits. */
+static const uint32_t LOG_P_BITS[9] = {
+    0x3d9021bbu, 0xbdebd1b8u, 0x3def251au, 0xbdfe5d4fu, 0x3e11e9bfu,
+    0xbe2aae50u, 0x3e4cceacu, 0xbe7ffffcu, 0x3eaaaaaau,
+};
+static const uint32_t LOG_Q1_BITS = 0xb95e8083u; /* -2.12194440e-4 */
+static const uint32_t LOG_Q2_BITS = 0x3f318000u; /* 0.693359375 */
+static const uint32_t SQRTHF_BITS = 0x3f3504f3u; /* sqrt(0.5) */
+static const uint32_t MIN_NORM_BITS = 0x00800000u; /* 2^-126 */
+static const uint32_t TWO_PI_BITS = 0x40c90fdbu;
+static const uint32_t FOPI_BITS = 0x3fa2f983u; /* 4 / pi */
+static const uint32_t MDP1_BITS = 0xbf490000u; /* -DP1: pi/4 split in three parts */
+static const uint32_t MDP2_BITS = 0xb97da000u;
+static const uint32_t MDP3_BITS = 0xb3222169u;
+static const uint32_t COS_C0_BITS = 0x37ccf5ceu;
+static const uint32_t COS_C1_BITS = 0xbab6061au;
+static const uint32_t COS_C2_BITS = 0x3d2aaaa5u;
+static const uint32_t SIN_S0_BITS = 0xb94ca1f9u;
+static const uint32_t SIN_S1_BITS = 0x3c08839eu;
+static const uint32_t SIN_S2_BITS = 0xbe2aaaa3u;
+
+/* One lane of avx_mathfun's log256_ps as GCC compiled it into torch's AVX2
+ * kernel (the fusions follow the disassembly of libtorch_cpu.so). */
+static float cephes_logf(float x) {
+    if (!(x > 0.0f)) return NAN; /* the kernel ORs in an all-ones mask */
+    const float min_norm = f32_bits(MIN_NORM_BITS);
+    if (x < min_norm) x = min_norm; /* cut off denormals */
+    const uint32_t b = bits_f32(x);
+    float e = (float)((int32_t)(b >> 23) - 127) + 1.0f;
+    float m = f32_bits((b & 0x807fffffu) | 0x3f000000u); /* in [0.5, 1) */
+    if (m < f32_bits(SQRTHF_BITS)) {
+        e -= 1.0f;
+        m = (m - 1.0f) + m; /* 2m - 1, exact */
+    } else {
+        m = m - 1.0f;
+    }
+    const float t = e * f32_bits(LOG_Q1_BITS);
+    float y = f32_bits(LOG_P_BITS[0]);
+    for (int k = 1; k < 9; k++) y = fmaf(y, m, f32_bits(LOG_P_BITS[k]));
+    const float z = m * m;
+    y = m * y;
+    y = fmaf(y, z, t);
+    y = fmaf(-z, 0.5f, y);
+    m = m + y;
+    return fmaf(e, f32_bits(LOG_Q2_BITS), m);
+}
+
+/* One lane of sincos256_ps for x >= 0 (theta = 2 pi u2 never is negative,
+ * so the input sign handling of the original is left out). */
+static void cephes_sincosf(float x, float *s_out, float *c_out) {
+    int32_t j = (int32_t)(x * f32_bits(FOPI_BITS)); /* cvttps: truncation */
+    j = (j + 1) & ~1;
+    const float y = (float)j;
+    /* Extended-precision range reduction x - y * pi/4 in three fused steps. */
+    x = fmaf(y, f32_bits(MDP1_BITS), x);
+    x = fmaf(y, f32_bits(MDP2_BITS), x);
+    x = fmaf(y, f32_bits(MDP3_BITS), x);
+    const float z = x * x;
+
+    float c = fmaf(f32_bits(COS_C0_BITS), z, f32_bits(COS_C1_BITS));
+    c = fmaf(c, z, f32_bits(COS_C2_BITS));
+    c = z * c;
+    const float half_z = z * 0.5f;
+    c = fmaf(c, z, -half_z);
+    c = c + 1.0f;
+
+    float s = fmaf(z, f32_bits(SIN_S0_BITS), f32_bits(SIN_S1_BITS));
+    s = fmaf(s, z, f32_bits(SIN_S2_BITS));
+    s = z * s;
+    s = fmaf(s, x, x);
+
+    /* Octant j: polynomials swap when bit 1 is set; signs from bits 2. */
+    float sin_v = (j & 2) == 0 ? s : c;
+    float cos_v = (j & 2) == 0 ? c : s;
+    if (j & 4) sin_v = -sin_v;
+    if (((j - 2) & 4) == 0) cos_v = -cos_v;
+    *s_out = sin_v;
+    *c_out = cos_v;
+}
+
+/* normal_fill_16_AVX2: Box-Muller on d[0..7] (u1 = 1 - d) and d[8..15]. */
+static void fill16_avx2(float *d, float mean, float std) {
+    const float two_pi = f32_bits(TWO_PI_BITS);
+    for (int k = 0; k < 8; k++) {
+        const float u1 = 1.0f - d[k]; /* exact, in (0, 1] */
+        const float u2 = d[k + 8];
+        const float radius = sqrtf(-2.0f * cephes_logf(u1));
+        const float theta = two_pi * u2;
+        float sin_t, cos_t;
+        cephes_sincosf(theta, &sin_t, &cos_t);
+        const float n1 = radius * cos_t;
+        const float n2 = radius * sin_t;
+        d[k] = fmaf(n1, std, mean); /* _mm256_fmadd_ps */
+        d[k + 8] = fmaf(n2, std, mean);
+    }
+}
+
+/* The generic normal_fill_16 (ATEN_CPU_CAPABILITY=default): glibc's float
+ * logf/cosf/sinf, theta computed in double, every operation rounded. */
+static void fill16_default(float *d, float mean, float std) {
+    const double two_pi = 2.0 * PI;
+    for (int k = 0; k < 8; k++) {
+        const float u1 = 1.0f - d[k];
+        const float u2 = d[k + 8];
+        const float radius = sqrtf(-2.0f * logf(u1));
+        const float theta = (float)(two_pi * (double)u2);
+        const float c = radius * cosf(theta);
+        const float s = radius * sinf(theta);
+        const float cs = c * std;
+        const float ss = s * std;
+        d[k] = cs + mean;
+        d[k + 8] = ss + mean;
+    }
+}
+
+/* normal_fill: all n uniforms first, Box-Muller per block of 16, then, if n
+ * is not a multiple of 16, 16 fresh uniforms over the LAST 16 slots and one
+ * more block there (overwriting part of the previous block's output). Draws
+ * n + (n % 16 ? 16 : 0). Requires n >= 16. */
+static void normal_block(mha_generator *g, float *out, size_t n, float mean, float std) {
+    void (*fill16)(float *, float, float) =
+        g->variant == MHA_RNG_DEFAULT ? fill16_default : fill16_avx2;
+    for (size_t i = 0; i < n; i++) out[i] = u24(g);
+    for (size_t i = 0; i + 16 <= n; i += 16) fill16(out + i, mean, std);
+    if (n % 16 != 0) {
+        float *tail = out + (n - 16);
+        for (int j = 0; j < 16; j++) tail[j] = u24(g);
+        fill16(tail, mean, std);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Normal, scalar double path (section 4b)                                   */
+/* ------------------------------------------------------------------------ */
+
+/* at::normal_distribution<double>: one standard normal, using the cached
+ * second value of the previous pair when there is one. */
+static double normal_double(mha_generator *g) {
+    if (g->has_dn) {
+        g->has_dn = false;
+        return g->dn;
+    }
+    const double u1 = mha__generator_u53(g);
+    const double u2 = mha__generator_u53(g);
+    const double r = sqrt(-2.0 * log(1.0 - u2));
+    const double theta = 2.0 * PI * u1;
+    g->dn = r * sin(theta);
+    g->has_dn = true;
+    return r * cos(theta);
+}
+
+void mha_generator_normal(mha_generator *g, float *out, size_t n, double mean, double std) {
+    if (g == NULL || out == NULL) return;
+    if (n >= 16) {
+        /* The block path takes mean and std as float. */
+        normal_block(g, out, n, (float)mean, (float)std);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* ret * stdv + mean in double, then the cast; whether torch's build
+         * fuses it does not change the float (checked against torch). */
+        const double v = normal_double(g) * std;
+        out[i] = (float)(v + mean);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dropout (section 5)                                                       */
+/* ------------------------------------------------------------------------ */
+
+float mha__dropout_scale(double p) {
+    /* noise.div_(1 - p): the divisor becomes a float, the quotient is a
+     * float division of 1. */
+    const float q = (float)(1.0 - p);
+    return 1.0f / q;
+}
+
+mha_status mha_generator_dropout(mha_generator *g, float *out, const float *in, size_t n,
+                                 double p) {
+    if (g == NULL) return mha__fail(MHA_ERR_ARGUMENT, "mha_generator_dropout: generator is NULL");
+    if (!(p >= 0.0 && p <= 1.0)) /* also rejects NaN */
+        return mha__fail(MHA_ERR_ARGUMENT,
+                         "mha_generator_dropout: p (%g) must be in [0, 1]", p);
+    if (n == 0) return MHA_OK;
+    if (out == NULL || in == NULL)
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_generator_dropout: %s is NULL with n = %zu",
+                         out == NULL ? "out" : "in", n);
+    if (p == 0.0) {
+        /* F.dropout returns its input untouched and draws nothing. */
+        if (out != in) memmove(out, in, n * sizeof *out);
+        return MHA_OK;
+    }
+    if (p == 1.0) {
+        /* input * 0, no draws: keeps -0 for negative inputs and NaN for
+         * non-finite ones, as PyTorch does. */
+        for (size_t i = 0; i < n; i++) out[i] = in[i] * 0.0f;
+        return MHA_OK;
+    }
+    const double q = 1.0 - p; /* bernoulli_(1 - p), compared in double */
+    const float scale = mha__dropout_scale(p);
+    for (size_t i = 0; i < n; i++) {
+        const float noise = mha__generator_u53(g) < q ? scale : 0.0f;
+        out[i] = in[i] * noise;
+    }
+    return MHA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Module initialisers (sections 3 and 6)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* rows * cols as a size_t, or an error status with a detail. */
+static mha_status checked_numel(const char *fn, int64_t rows, int64_t cols, size_t *numel) {
+    int64_t n;
+    if (!mha__mul_i64(rows, cols, &n) || (uint64_t)n > SIZE_MAX / sizeof(float))
+        return mha__fail(MHA_ERR_OVERFLOW, "%s: %lld x %lld elements overflow", fn,
+                         (long long)rows, (long long)cols);
+    *numel = (size_t)n;
+    return MHA_OK;
+}
+
+mha_status mha_generator_linear_init(mha_generator *g, float *weight, float *bias,
+                                     int64_t in_features, int64_t out_features) {
+    static const char fn[] = "mha_generator_linear_init";
+    if (g == NULL) return mha__fail(MHA_ERR_ARGUMENT, "%s: generator is NULL", fn);
+    if (weight == NULL) return mha__fail(MHA_ERR_ARGUMENT, "%s: weight is NULL", fn);
+    if (in_features < 1 || out_features < 1)
+        return mha__fail(MHA_ERR_ARGUMENT,
+                         "%s: in_features (%lld) and out_features (%lld) must be positive", fn,
+                         (long long)in_features, (long long)out_features);
+    size_t numel = 0;
+    mha_status st = checked_numel(fn, out_features, in_features, &numel);
+    if (st != MHA_OK) return st;
+
+    /* kaiming_uniform_(a = sqrt(5), mode = fan_in, leaky_relu), in double
+     * with Python's evaluation order: a ** 2 is 5.000000000000001. */
+    const double fan_in = (double)in_features;
+    const double a = sqrt(5.0);
+    const double gain = sqrt(2.0 / (1.0 + a * a));
+    const double bound = sqrt(3.0) * (gain / sqrt(fan_in));
+    mha_generator_uniform(g, weight, numel, -bound, bound);
+    if (bias != NULL) {
+        const double bias_bound = 1.0 / sqrt(fan_in);
+        mha_generator_uniform(g, bias, (size_t)out_features, -bias_bound, bias_bound);
+    }
+    return MHA_OK;
+}
+
+mha_status mha_generator_embedding_init(mha_generator *g, float *weight, int64_t num,
+                                        int64_t dim, int64_t padding_idx) {
+    static const char fn[] = "mha_generator_embedding_init";
+    if (g == NULL) return mha__fail(MHA_ERR_ARGUMENT, "%s: generator is NULL", fn);
+    if (num < 0 || dim < 0)
+        return mha__fail(MHA_ERR_ARGUMENT, "%s: num (%lld) and dim (%lld) must be >= 0", fn,
+                         (long long)num, (long long)dim);
+    if (padding_idx >= num)
+        return mha__fail(MHA_ERR_ARGUMENT, "%s: padding_idx (%lld) must be < num (%lld)", fn,
+                         (long long)padding_idx, (long long)num);
+    size_t numel = 0;
+    mha_status st = checked_numel(fn, num, dim, &numel);
+    if (st != MHA_OK) return st;
+    if (numel == 0) return MHA_OK; /* normal_ on an empty tensor draws nothing */
+    if (weight == NULL) return mha__fail(MHA_ERR_ARGUMENT, "%s: weight is NULL", fn);
+
+    mha_generator_normal(g, weight, numel, 0.0, 1.0);
+    /* _fill_padding_idx_with_zero: after the draws, which still count. */
+    if (padding_idx >= 0) {
+        float *row = weight + (size_t)padding_idx * (size_t)dim;
+        for (int64_t j = 0; j < dim; j++) row[j] = 0.0f;
+    }
+    return MHA_OK;
+}
