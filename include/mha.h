@@ -253,6 +253,39 @@ mha_status mha_module_forward(mha_module *m, float *y, const float *x,
                               int64_t B, int64_t T, mha_generator *dropout_rng,
                               void *workspace, size_t workspace_size);
 
+/* Dropout generators for training mode. */
+typedef enum {
+    /* PyTorch's mask, element for element, drawn from a mha_generator (what
+     * `mha run --train` uses). The draws are serial by nature: the fast path
+     * draws the mask into bits first (B*H*T*T bits of workspace), then runs
+     * in parallel. */
+    MHA_DROPOUT_RNG_TORCH = 0,
+    /* Counter-based fast dropout: keep(b, h, i, j) is a pure function of
+     * (philox_seed, philox_offset, b, h, i, j) (Philox4x32-10), computed
+     * inside the fused kernel in parallel, no mask stored, and regenerable
+     * in a backward pass. Not PyTorch's mask (statistically equivalent). */
+    MHA_DROPOUT_RNG_PHILOX = 1
+} mha_dropout_rng;
+
+typedef struct {
+    int training;               /* 0: eval mode (no dropout) */
+    mha_dropout_rng rng;        /* which mask, when training and dropout > 0 */
+    mha_generator *generator;   /* TORCH: the stream to draw from (required) */
+    uint64_t philox_seed;       /* PHILOX: key */
+    uint64_t philox_offset;     /* PHILOX: advance per call for fresh masks;
+                                   head (b, h) uses stream (offset << 32) + b*H + h */
+    float *lse;                 /* [out] (B, H, T) logsumexp of each row's scaled,
+                                   masked scores (what a backward pass needs),
+                                   or NULL */
+} mha_forward_opts;
+
+/* mha_module_forward with options: opts == NULL is eval mode. In training
+ * mode with dropout == 0 (or v1/v2) nothing is drawn. ERR_ARGUMENT when
+ * TORCH is asked for without a generator. */
+mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B,
+                                 int64_t T, const mha_forward_opts *opts,
+                                 void *workspace, size_t workspace_size);
+
 /* Traced forward of MultiHeadAttention: the book's forward step by step,
  * every intermediate materialised (including the (B, H, T, T) scores), each
  * handed to fn before the next step. For teaching and as an oracle; use
@@ -282,10 +315,17 @@ typedef enum {
 const char *mha_dtype_name(mha_dtype d);
 size_t mha_dtype_size(mha_dtype d);
 
-/* A parsed safetensors file, fully validated: header length within bounds,
- * UTF-8 JSON, known dtypes, shape x dtype size equal to each byte range,
- * ranges inside the buffer, covering it with no overlap, gap or trailing
- * byte, all arithmetic overflow-checked. */
+/* A parsed safetensors file, fully validated: header length within bounds
+ * (0 < N <= 100,000,000 and inside the file), strict UTF-8 (no overlongs,
+ * surrogates, > U+10FFFF or NUL) and strict JSON: one object from the first
+ * byte, only spaces after it, unique keys; each entry exactly {dtype (known),
+ * shape (<= MHA_ST_MAX_DIMS integers in [0, 2^53)), data_offsets [begin,
+ * end]} with shape x dtype size equal to the byte range; names non-empty;
+ * __metadata__ string -> string; ranges inside the data section, covering
+ * it with no overlap, gap or trailing byte; all arithmetic overflow-checked.
+ * Zero-size tensors are allowed. Failures: ERR_FORMAT (ERR_DTYPE for an
+ * unknown dtype string, ERR_IO for file errors, ERR_NOMEM) with a detail
+ * naming the problem. */
 typedef struct mha_st mha_st;
 
 typedef struct {
@@ -298,7 +338,7 @@ typedef struct {
     size_t nbytes;
 } mha_st_tensor;
 
-/* Parses a copy of buf[0..len). */
+/* Parses a copy of buf[0..len); *out owns its memory (NULL on failure). */
 mha_status mha_st_parse(const void *buf, size_t len, mha_st **out);
 mha_status mha_st_read_file(const char *path, mha_st **out);
 void mha_st_free(mha_st *st);
@@ -317,7 +357,13 @@ mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
 mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n);
 
 /* Writes a safetensors file: tensors in the given order, packed with no
- * gaps; meta holds n_meta (key, value) string pairs for __metadata__. */
+ * gaps; meta holds n_meta (key, value) string pairs, meta[2i] and
+ * meta[2i+1], written first as __metadata__ (omitted when n_meta == 0). The
+ * header is padded with spaces to a multiple of 8. ndim 0..MHA_ST_MAX_DIMS;
+ * data may be NULL for a zero-size tensor. Names and metadata must be
+ * non-empty/unique UTF-8 (ERR_ARGUMENT), dtypes known (ERR_DTYPE), sizes
+ * below 2^53 (ERR_OVERFLOW). Written to a temporary file beside path, then
+ * renamed over it: on failure path is left as it was. */
 typedef struct {
     const char *name;
     mha_dtype dtype;
@@ -328,13 +374,22 @@ typedef struct {
 mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors,
                              size_t n, const char *const *meta, size_t n_meta);
 
-/* Saves the module's state_dict (PyTorch names, F32; the mask buffer for
- * the classes that register one) with its configuration in __metadata__
- * ("module" plus the constructor's argument names). */
+/* Saves the module's state_dict: PyTorch's names and order, F32, with the
+ * mask buffer triu(ones(L, L), 1) for the classes that register one (a
+ * module's own buffer precedes its children: "mask", "W_query.weight", ...;
+ * for the wrapper "heads.N.mask" before head N's parameters). __metadata__
+ * holds "module" (the class name) plus the constructor's arguments as
+ * strings ("3", "0.10000000000000001" (%.17g), "true"/"false"). */
 mha_status mha_module_save(const mha_module *m, const char *path);
-/* Builds a module from a parsed file: configuration from __metadata__,
- * every parameter required with its exact shape, "mask" buffers accepted
- * (shape checked), anything else rejected, values must be finite. */
+/* Builds a module from a parsed file: configuration from __metadata__
+ * ("module" required, else ERR_FORMAT; unknown class ERR_UNKNOWN_MODULE;
+ * integer arguments required, strictly decimal and > 0, dropout optional
+ * (default 0), qkv_bias optional (true/false/True/False/1/0), otherwise
+ * ERR_CONFIG; unknown keys ignored; then mha_config_validate). Every
+ * parameter required (ERR_MISSING) as F32, F16, BF16 or F64 (ERR_DTYPE) of
+ * its exact shape (ERR_SHAPE); mask buffers of shape (L, L) accepted, any
+ * other tensor ERR_MISSING ("unexpected tensor"); values must be finite
+ * (ERR_NONFINITE). */
 mha_status mha_module_from_st(const mha_st *st, mha_module **out);
 mha_status mha_module_load(const char *path, mha_module **out);
 
@@ -352,6 +407,11 @@ const char *mha_runtime_blas(void);
 int mha_runtime_threads(void);
 /* Sets the thread count for compute calls (n >= 1). */
 mha_status mha_runtime_set_threads(int n);
+/* Switches the kernels at run time: "ref" (the portable reference kernels
+ * and GEMM, the oracle) or "auto" (the best this CPU supports). For
+ * benchmarks and tests that compare the two in one process; not to be
+ * called while another thread computes. */
+mha_status mha_runtime_set_isa(const char *name);
 
 #ifdef __cplusplus
 }

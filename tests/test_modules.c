@@ -183,6 +183,40 @@ int main(void) {
         mha_generator_free(g2);
     }
     CHECK(mha_runtime_set_threads(0) == MHA_ERR_ARGUMENT, "0 threads");
+
+    /* Philox fast dropout: deterministic per (seed, offset), independent of
+     * threads and kernels, a fresh mask per offset; lse saved for backward;
+     * fast kernels against the reference kernels in one process. */
+    {
+        const size_t ny = (size_t)(B * T * 128);
+        float *lse1 = malloc(sizeof(float) * (size_t)(B * 2 * T)), *lse2 = malloc(sizeof(float) * (size_t)(B * 2 * T));
+        mha_forward_opts o = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX, .philox_seed = 77, .philox_offset = 3,
+                              .lse = lse1};
+        mha_runtime_set_threads(1);
+        CHECK(mha_module_forward_ex(m, b1, bx, B, T, &o, NULL, 0) == MHA_OK, "philox 1 thread");
+        mha_runtime_set_threads(2);
+        o.lse = lse2;
+        CHECK(mha_module_forward_ex(m, b2, bx, B, T, &o, NULL, 0) == MHA_OK, "philox 2 threads");
+        CHECK(memcmp(b1, b2, sizeof(float) * ny) == 0, "philox: 1 vs 2 threads bitwise");
+        CHECK(memcmp(lse1, lse2, sizeof(float) * (size_t)(B * 2 * T)) == 0, "lse: 1 vs 2 threads bitwise");
+        CHECK(mha_runtime_set_isa("ref") == MHA_OK, "set ref");
+        CHECK(strcmp(mha_runtime_isa(), "ref") == 0 && strcmp(mha_runtime_blas(), "ref") == 0, "ref in use");
+        CHECK(mha_module_forward_ex(m, b2, bx, B, T, &o, NULL, 0) == MHA_OK, "philox reference");
+        CHECK(mha_runtime_set_isa("auto") == MHA_OK, "set auto");
+        float ymax = 0.0f, lmax = 0.0f;
+        for (size_t i = 0; i < ny; i++) ymax = fmaxf(ymax, fabsf(b2[i]));
+        for (int64_t i = 0; i < B * 2 * T; i++) lmax = fmaxf(lmax, fabsf(lse1[i] - lse2[i]));
+        CHECK(max_abs_diff(b1, b2, ny) <= 1e-5f * fmaxf(1.0f, ymax), "philox fast vs reference %g", (double)max_abs_diff(b1, b2, ny));
+        CHECK(lmax <= 1e-5f, "lse fast vs reference %g", (double)lmax);
+        o.philox_offset = 4;
+        o.lse = NULL;
+        CHECK(mha_module_forward_ex(m, b2, bx, B, T, &o, NULL, 0) == MHA_OK, "philox offset 4");
+        CHECK(memcmp(b1, b2, sizeof(float) * ny) != 0, "a new offset gives a new mask");
+        o.rng = MHA_DROPOUT_RNG_TORCH;
+        CHECK(mha_module_forward_ex(m, b2, bx, B, T, &o, NULL, 0) == MHA_ERR_ARGUMENT, "torch mask without generator");
+        CHECK(mha_runtime_set_isa("avx512") == MHA_ERR_ARGUMENT, "unknown isa");
+        free(lse1), free(lse2);
+    }
     free(bx), free(b1), free(b2);
     mha_module_free(m);
     return TEST_END("test_modules");

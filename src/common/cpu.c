@@ -20,7 +20,12 @@ static int detect_avx2(void) {
 #endif
 }
 
+/* -1: follow the environment; 0: auto; 1: reference. */
+static int isa_override = -1;
+
 bool mha__forced_ref(void) {
+    int o = __atomic_load_n(&isa_override, __ATOMIC_ACQUIRE);
+    if (o >= 0) return o == 1;
     const char *env = getenv("MHA_ISA");
     return env && strcmp(env, "ref") == 0;
 }
@@ -30,29 +35,35 @@ static mha__isa_t detect(void) {
     return detect_avx2() ? MHA_ISA_AVX2 : MHA_ISA_REF;
 }
 
+static int cached_isa = -1;
+
 mha__isa_t mha__isa(void) {
     /* Racing first calls compute the same value; the store is atomic. */
-    static int cached = -1;
-    int v = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    int v = __atomic_load_n(&cached_isa, __ATOMIC_ACQUIRE);
     if (v < 0) {
         v = (int)detect();
-        __atomic_store_n(&cached, v, __ATOMIC_RELEASE);
+        __atomic_store_n(&cached_isa, v, __ATOMIC_RELEASE);
     }
     return (mha__isa_t)v;
+}
+
+mha_status mha_runtime_set_isa(const char *name) {
+    if (!name) return mha__fail(MHA_ERR_ARGUMENT, "ISA name is NULL");
+    if (strcmp(name, "ref") == 0)
+        __atomic_store_n(&isa_override, 1, __ATOMIC_RELEASE);
+    else if (strcmp(name, "auto") == 0)
+        __atomic_store_n(&isa_override, 0, __ATOMIC_RELEASE);
+    else
+        return mha__fail(MHA_ERR_ARGUMENT, "unknown ISA '%.40s' (expected ref or auto)", name);
+    __atomic_store_n(&cached_isa, (int)detect(), __ATOMIC_RELEASE);
+    return MHA_OK;
 }
 
 const char *mha_runtime_isa(void) {
     return mha__isa() == MHA_ISA_AVX2 ? "avx2" : "ref";
 }
 
-const char *mha_runtime_blas(void) {
-    if (mha__forced_ref()) return "ref";
-#if defined(MHA_HAVE_OPENBLAS)
-    return "openblas";
-#else
-    return "builtin";
-#endif
-}
+const char *mha_runtime_blas(void) { return mha__blas_name(); }
 
 int mha_runtime_threads(void) {
 #if defined(MHA_HAVE_OPENMP)
@@ -67,6 +78,5 @@ mha_status mha_runtime_set_threads(int n) {
 #if defined(MHA_HAVE_OPENMP)
     omp_set_num_threads(n);
 #endif
-    mha__blas_set_threads(n);
     return MHA_OK;
 }

@@ -32,8 +32,8 @@ bool mha__forced_ref(void);
 void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc);
-/* Threads the BLAS may use for one call (no-op for the builtin GEMM). */
-void mha__blas_set_threads(int n);
+/* "openblas (Haswell)", "builtin" or "ref": what mha__sgemm runs on. */
+const char *mha__blas_name(void);
 /* The portable reference (plain loops, single thread). */
 void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N,
                     int64_t K, float alpha, const float *A, int64_t lda,

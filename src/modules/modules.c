@@ -379,7 +379,7 @@ typedef struct {
 } ws_layout;
 
 static void attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B, int64_t T,
-                           mha_generator *rng) {
+                           const mha_forward_opts *o) {
     const mha_config *c = &m->cfg;
     memset(d, 0, sizeof *d);
     d->B = B;
@@ -393,18 +393,25 @@ static void attention_desc(const mha_module *m, mha__attention_desc *d, int64_t 
      * differs by at most one rounding of the scores. */
     d->scale = (float)(1.0 / sqrt((double)m->HD));
     d->causal = c->kind >= MHA_CAUSAL_ATTENTION;
-    if (rng && c->kind >= MHA_CAUSAL_ATTENTION && c->dropout > 0.0) {
-        d->dropout = MHA_DROPOUT_TORCH;
+    if (o && o->training && c->kind >= MHA_CAUSAL_ATTENTION && c->dropout > 0.0) {
         d->p = c->dropout;
-        d->gen = rng;
-        d->heads_outer = c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER;
+        if (o->rng == MHA_DROPOUT_RNG_PHILOX) {
+            d->dropout = MHA_DROPOUT_PHILOX;
+            d->philox_seed = o->philox_seed;
+            d->philox_offset = o->philox_offset;
+        } else {
+            d->dropout = MHA_DROPOUT_TORCH;
+            d->gen = o->generator;
+            d->heads_outer = c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER;
+        }
     }
+    if (o) d->lse = o->lse;
 }
 
-static bool plan_workspace(const mha_module *m, int64_t B, int64_t T, bool training, ws_layout *L) {
+static bool plan_workspace(const mha_module *m, int64_t B, int64_t T, const mha_forward_opts *o,
+                           ws_layout *L) {
     mha__attention_desc d;
-    mha_generator *fake = training ? (mha_generator *)(uintptr_t)1 : NULL; /* only its presence matters */
-    attention_desc(m, &d, B, T, fake);
+    attention_desc(m, &d, B, T, o);
     size_t rows = (size_t)B * (size_t)T, qkv, ctx = 0, attn = mha__attention_workspace(&d);
     if (attn == 0 || !mha__mul_size(rows, (size_t)m->P * sizeof(float), &qkv)) return false;
     if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION &&
@@ -419,17 +426,31 @@ static bool plan_workspace(const mha_module *m, int64_t B, int64_t T, bool train
 size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T, int training) {
     if (!m || B < 1 || T < 1) return 0;
     ws_layout L;
-    if (!plan_workspace(m, B, T, training != 0, &L)) return 0;
+    const mha_forward_opts o = {.training = training, .rng = MHA_DROPOUT_RNG_TORCH};
+    if (!plan_workspace(m, B, T, &o, &L)) return 0;
     return L.total;
 }
 
 mha_status mha_module_forward(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                               mha_generator *dropout_rng, void *workspace, size_t workspace_size) {
+    const mha_forward_opts o = {.training = dropout_rng != NULL, .rng = MHA_DROPOUT_RNG_TORCH,
+                                .generator = dropout_rng};
+    return mha_module_forward_ex(m, y, x, B, T, &o, workspace, workspace_size);
+}
+
+mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
+                                 const mha_forward_opts *opts, void *workspace,
+                                 size_t workspace_size) {
     if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "module, y or x is NULL");
     mha_status st = mha__module_check_input(m, x, B, T);
     if (st != MHA_OK) return st;
+    if (opts && opts->training && opts->rng == MHA_DROPOUT_RNG_TORCH && !opts->generator &&
+        m->cfg.kind >= MHA_CAUSAL_ATTENTION && m->cfg.dropout > 0.0)
+        return mha__fail(MHA_ERR_ARGUMENT, "training with PyTorch's dropout mask needs a generator");
+    if (opts && opts->rng != MHA_DROPOUT_RNG_TORCH && opts->rng != MHA_DROPOUT_RNG_PHILOX)
+        return mha__fail(MHA_ERR_ARGUMENT, "unknown dropout generator %d", (int)opts->rng);
     ws_layout L;
-    if (!plan_workspace(m, B, T, dropout_rng != NULL, &L))
+    if (!plan_workspace(m, B, T, opts, &L))
         return mha__fail(MHA_ERR_OVERFLOW, "workspace size for batch %lld x %lld tokens overflows",
                          (long long)B, (long long)T);
     if (workspace) {
@@ -455,7 +476,7 @@ mha_status mha_module_forward(mha_module *m, float *y, const float *x, int64_t B
     mha__module_project(m, qkv, x, B, T);
 
     mha__attention_desc d;
-    attention_desc(m, &d, B, T, dropout_rng);
+    attention_desc(m, &d, B, T, opts);
     d.qkv = qkv;
     d.o = ctx;
     st = mha__attention_forward(&d, ws + L.attn, workspace_size - L.attn);
