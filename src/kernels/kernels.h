@@ -62,7 +62,10 @@ typedef enum {
  *   O = P V.
  * Only rows [q_begin, q_end) of O (and lse) are computed and written; with
  * causal only keys [0, q_end) are read. Rows are strided: row i of Q is
- * q + i * ldq (HD contiguous floats), likewise K, V, O. */
+ * q + i * ldq (HD contiguous floats), likewise K, V, O.
+ * O may alias Q exactly (o == q, ldo == ldq): a kernel reads only Q rows
+ * [q_begin, q_end) and reads each before it writes the same row of O.
+ * MultiHeadAttention writes its context over Q this way, saving a buffer. */
 typedef struct {
     float *o;           /* [out] (T, HD), row stride ldo */
     int64_t ldo;

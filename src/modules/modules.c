@@ -373,9 +373,11 @@ void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_
             for (int64_t j = 0; j < m->P; j++) qkv[i * m->P + j] += m->b_qkv[j];
 }
 
-/* Workspace layout: [qkv (B*T, P)] [ctx (B*T, W), MHA only] [attention]. */
+/* Workspace layout: [qkv (B*T, P)] [attention]. MultiHeadAttention's
+ * context (before out_proj) overwrites Q inside qkv: each head's rows of Q
+ * are read before the same rows of its context are written (kernels.h). */
 typedef struct {
-    size_t qkv, ctx, attn, total;
+    size_t qkv, attn, total;
 } ws_layout;
 
 static void attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B, int64_t T,
@@ -412,14 +414,10 @@ static bool plan_workspace(const mha_module *m, int64_t B, int64_t T, const mha_
                            ws_layout *L) {
     mha__attention_desc d;
     attention_desc(m, &d, B, T, o);
-    size_t rows = (size_t)B * (size_t)T, qkv, ctx = 0, attn = mha__attention_workspace(&d);
+    size_t rows = (size_t)B * (size_t)T, qkv, attn = mha__attention_workspace(&d);
     if (attn == 0 || !mha__mul_size(rows, (size_t)m->P * sizeof(float), &qkv)) return false;
-    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION &&
-        !mha__mul_size(rows, (size_t)m->W * sizeof(float), &ctx))
-        return false;
     L->qkv = 0;
-    L->ctx = mha__align64(qkv);
-    L->attn = L->ctx + mha__align64(ctx);
+    L->attn = mha__align64(qkv);
     return mha__add_size(L->attn, attn, &L->total);
 }
 
@@ -471,20 +469,24 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
     char *ws = workspace;
     float *qkv = (float *)(void *)(ws + L.qkv);
     const bool mha = m->cfg.kind == MHA_MULTI_HEAD_ATTENTION;
-    float *ctx = mha ? (float *)(void *)(ws + L.ctx) : y;
 
     mha__module_project(m, qkv, x, B, T);
 
     mha__attention_desc d;
     attention_desc(m, &d, B, T, opts);
     d.qkv = qkv;
-    d.o = ctx;
+    if (mha) { /* context over Q: head h at column h * HD, row stride P */
+        d.o = qkv;
+        d.ldo = m->P;
+    } else { /* straight into y: head h at column h * HD, row stride W */
+        d.o = y;
+    }
     st = mha__attention_forward(&d, ws + L.attn, workspace_size - L.attn);
     if (st != MHA_OK) return st;
 
     if (mha) {
         const int64_t rows = B * T, Dout = m->cfg.d_out;
-        mha__sgemm(false, true, rows, Dout, Dout, 1.0f, ctx, Dout, m->w_out, Dout, 0.0f, y, Dout);
+        mha__sgemm(false, true, rows, Dout, Dout, 1.0f, qkv, m->P, m->w_out, Dout, 0.0f, y, Dout);
         for (int64_t i = 0; i < rows; i++)
             for (int64_t j = 0; j < Dout; j++) y[i * Dout + j] += m->b_out[j];
     }
