@@ -30,6 +30,8 @@ static _Noreturn void die(const char *fmt, ...) {
 static void check(mha_status st, const char *what) {
     if (st == MHA_OK) return;
     const char *detail = mha_last_error();
+    /* The library's detail may already name the file. */
+    if (detail && strncmp(detail, what, strlen(what)) == 0) die("%s", detail);
     if (detail && *detail)
         die("%s: %s", what, detail);
     die("%s: %s", what, mha_status_string(st));

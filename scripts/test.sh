@@ -23,7 +23,7 @@ run() { # name, build dir, env..., -- cmake args
 }
 
 run "release" build-test -- -DCMAKE_BUILD_TYPE=Release
-run "reference kernels (MHA_ISA=ref)" build-test MHA_ISA=ref MHA_TEST_QUICK=1 --
-run "no OpenMP, no BLAS" build-test-noomp MHA_TEST_QUICK=1 -- -DCMAKE_BUILD_TYPE=Release -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
-run "ASan+UBSan" build-test-asan MHA_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
+run "reference kernels (MHA_ISA=ref)" build-test MHA_ISA=ref --
+run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=Release -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
+run "ASan+UBSan" build-test-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
 echo "all test configurations passed"
