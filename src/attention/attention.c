@@ -8,6 +8,8 @@
 #include "generator/generator.h"
 #include "kernels/philox.h"
 
+#include <string.h>
+
 #if defined(MHA_HAVE_OPENMP)
 #include <omp.h>
 #endif
@@ -83,21 +85,57 @@ static void fill_head(const mha__attention_desc *d, mha__attn_args *a, int64_t b
     a->keep_threshold = d->dropout == MHA_DROPOUT_PHILOX ? mha__philox_keep_threshold(d->p) : 0;
 }
 
-/* Serial draw of the PyTorch mask into bits, in PyTorch's element order. */
-static void draw_torch_bits(const mha__attention_desc *d, uint64_t *bits) {
+/* Head number n in PyTorch's draw order -> (b, h). */
+static void draw_order_head(const mha__attention_desc *d, int64_t n, int64_t *b, int64_t *h) {
+    if (d->heads_outer) { /* wrapper: head after head, each (B, T, T) */
+        *h = n / d->B;
+        *b = n % d->B;
+    } else { /* (B, H, T, T) */
+        *b = n / d->H;
+        *h = n % d->H;
+    }
+}
+
+/* PyTorch's mask, drawn into bits one head at a time, in draw order, by
+ * whichever thread first needs a head not drawn yet; the other threads keep
+ * computing heads already drawn. The draws are serial, the rest is not. */
+typedef struct {
+    const mha__attention_desc *d;
+    uint64_t *bits;
+    int64_t drawn; /* heads drawn so far (in draw order); atomic */
+#if defined(MHA_HAVE_OPENMP)
+    omp_lock_t lock;
+#endif
+} mask_drawer;
+
+/* One row of keep bits (bit j of word j / 64), 2 draws per element. */
+static void keep_bits_row(mha_generator *g, uint64_t *row, int64_t T, double p) {
+    for (int64_t w = 0; w < (T + 63) / 64; w++) row[w] = 0;
+    for (int64_t j = 0; j < T; j++)
+        if (mha__dropout_keep(g, p)) row[j >> 6] |= (uint64_t)1 << (j & 63);
+}
+
+static void draw_head(mask_drawer *md, int64_t n) {
+    const mha__attention_desc *d = md->d;
     const int64_t T = d->T, ld = (T + 63) / 64;
-    const int64_t outer = d->heads_outer ? d->H : d->B, inner = d->heads_outer ? d->B : d->H;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t n = 0; n < inner; n++) {
-            int64_t b = d->heads_outer ? n : o, h = d->heads_outer ? o : n;
-            uint64_t *head = bits + ((b * d->H + h) * T) * ld;
-            for (int64_t i = 0; i < T; i++) {
-                uint64_t *row = head + i * ld;
-                for (int64_t w = 0; w < ld; w++) row[w] = 0;
-                for (int64_t j = 0; j < T; j++)
-                    if (mha__dropout_keep(d->gen, d->p)) row[j >> 6] |= (uint64_t)1 << (j & 63);
-            }
-        }
+    int64_t b, h;
+    draw_order_head(d, n, &b, &h);
+    uint64_t *head = md->bits + ((b * d->H + h) * T) * ld;
+    for (int64_t i = 0; i < T; i++) keep_bits_row(d->gen, head + i * ld, T, d->p);
+}
+
+static void ensure_drawn(mask_drawer *md, int64_t n) {
+    if (__atomic_load_n(&md->drawn, __ATOMIC_ACQUIRE) > n) return;
+#if defined(MHA_HAVE_OPENMP)
+    omp_set_lock(&md->lock);
+#endif
+    for (int64_t k = __atomic_load_n(&md->drawn, __ATOMIC_ACQUIRE); k <= n; k++) {
+        draw_head(md, k);
+        __atomic_store_n(&md->drawn, k + 1, __ATOMIC_RELEASE);
+    }
+#if defined(MHA_HAVE_OPENMP)
+    omp_unset_lock(&md->lock);
+#endif
 }
 
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size) {
@@ -127,11 +165,15 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
         return MHA_OK;
     }
 
-    uint64_t *bits = NULL;
     const int64_t keep_ld = (T + 63) / 64;
+    mask_drawer md;
+    memset(&md, 0, sizeof md);
+    md.d = d;
     if (torch_mask_as_bits(d)) {
-        bits = (uint64_t *)(void *)(scratch + per * (size_t)nt);
-        draw_torch_bits(d, bits);
+        md.bits = (uint64_t *)(void *)(scratch + per * (size_t)nt);
+#if defined(MHA_HAVE_OPENMP)
+        omp_init_lock(&md.lock);
+#endif
     }
 
     const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK;
@@ -141,10 +183,21 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
     for (int64_t task = 0; task < ntasks; task++) {
-        /* Costliest first: with a causal mask the last query blocks see the
-         * most keys, so hand them out before the cheap ones. */
-        const int64_t qb = nqb - 1 - task / (B * H);
-        const int64_t bh = task % (B * H), b = bh / H, h = bh % H;
+        int64_t qb, b, h;
+        if (md.bits) {
+            /* Heads in draw order so that drawing overlaps computing;
+             * within a head, the costliest (last) query blocks first. */
+            ensure_drawn(&md, task / nqb);
+            draw_order_head(d, task / nqb, &b, &h);
+            qb = nqb - 1 - task % nqb;
+        } else {
+            /* Costliest first: with a causal mask the last query blocks
+             * see the most keys, so hand them out before the cheap ones. */
+            const int64_t bh = task % (B * H);
+            qb = nqb - 1 - task / (B * H);
+            b = bh / H;
+            h = bh % H;
+        }
         int tid = 0;
 #if defined(MHA_HAVE_OPENMP)
         tid = omp_get_thread_num();
@@ -153,9 +206,9 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
         fill_head(d, &a, b, h);
         a.q_begin = qb * MHA_QBLOCK;
         a.q_end = a.q_begin + MHA_QBLOCK < T ? a.q_begin + MHA_QBLOCK : T;
-        if (bits) {
+        if (md.bits) {
             a.drop = MHA_DROP_BITMASK;
-            a.keep = bits + (bh * T) * keep_ld;
+            a.keep = md.bits + ((b * H + h) * T) * keep_ld;
             a.keep_ld = keep_ld;
         } else if (d->dropout == MHA_DROPOUT_PHILOX) {
             a.drop = MHA_DROP_PHILOX;
@@ -170,5 +223,8 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
         (void)avx2;
         mha__attn_fwd_ref(&a, s);
     }
+#if defined(MHA_HAVE_OPENMP)
+    if (md.bits) omp_destroy_lock(&md.lock);
+#endif
     return MHA_OK;
 }
