@@ -1,0 +1,1020 @@
+/* safetensors.c — reading and writing the safetensors format, validated in
+ * full.
+ *
+ * File layout: u64 little-endian N, N bytes of UTF-8 JSON (an object, padded
+ * at the end with spaces), then the data section. The JSON maps tensor names
+ * to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative to
+ * the data section) and may hold "__metadata__": {string: string}.
+ *
+ * Everything in a file is untrusted. The reader checks, in this order:
+ *   1. the length prefix (file >= 8 bytes, 0 < N <= 100 MB, N <= size - 8);
+ *   2. the header bytes: '{' first, '}' last once trailing spaces are
+ *      stripped, valid UTF-8 (no overlongs, surrogates, > U+10FFFF, NUL),
+ *      and a lexical pass that makes cJSON's lenient parser strict (no raw
+ *      control characters, no "\u0000", numbers only as plain integers);
+ *   3. the JSON itself (cJSON), which must be one object with unique keys;
+ *   4. each entry: exactly the three keys, a known dtype, at most
+ *      MHA_ST_MAX_DIMS non-negative integer dims below 2^53 whose product
+ *      (and byte size) does not overflow, and offsets [begin, end] with
+ *      begin <= end <= data size and end - begin == numel * dtype size;
+ *   5. the byte ranges, sorted: no overlap, no gap, no trailing byte.
+ * All size arithmetic is checked. Numbers in the header are accepted only
+ * below 2^53, where a double (cJSON's representation) holds them exactly.
+ */
+#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
+#undef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include "common/common.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define ST_MAX_HEADER ((uint64_t)100000000) /* as the reference implementation */
+#define ST_MAX_EXACT ((uint64_t)1 << 53)     /* integers below are exact doubles */
+
+/* ------------------------------------------------------------------------ */
+/* dtypes                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtype_table[] = {
+    [MHA_DTYPE_BOOL] = {"BOOL", 1},       [MHA_DTYPE_U8] = {"U8", 1},
+    [MHA_DTYPE_I8] = {"I8", 1},           [MHA_DTYPE_I16] = {"I16", 2},
+    [MHA_DTYPE_U16] = {"U16", 2},         [MHA_DTYPE_F16] = {"F16", 2},
+    [MHA_DTYPE_BF16] = {"BF16", 2},       [MHA_DTYPE_I32] = {"I32", 4},
+    [MHA_DTYPE_U32] = {"U32", 4},         [MHA_DTYPE_F32] = {"F32", 4},
+    [MHA_DTYPE_F64] = {"F64", 8},         [MHA_DTYPE_I64] = {"I64", 8},
+    [MHA_DTYPE_U64] = {"U64", 8},         [MHA_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
+    [MHA_DTYPE_F8_E5M2] = {"F8_E5M2", 1},
+};
+#define N_DTYPES (sizeof dtype_table / sizeof dtype_table[0])
+
+static bool dtype_known(mha_dtype d) {
+    return (unsigned)d < N_DTYPES && dtype_table[d].name != NULL;
+}
+
+const char *mha_dtype_name(mha_dtype d) {
+    return dtype_known(d) ? dtype_table[d].name : NULL;
+}
+
+size_t mha_dtype_size(mha_dtype d) {
+    return dtype_known(d) ? dtype_table[d].size : 0;
+}
+
+static bool dtype_from_name(const char *s, mha_dtype *out) {
+    for (size_t i = 0; i < N_DTYPES; i++) {
+        if (dtype_table[i].name && strcmp(dtype_table[i].name, s) == 0) {
+            *out = (mha_dtype)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The parsed file                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *name;
+    mha_dtype dtype;
+    int ndim;
+    int64_t shape[MHA_ST_MAX_DIMS];
+    size_t numel;
+    size_t begin, end; /* relative to the data section */
+    size_t order;      /* position in the header, to break ties */
+} st_entry;
+
+struct mha_st {
+    unsigned char *buf; /* the whole file */
+    size_t len;
+    size_t data_start;  /* 8 + header length */
+    st_entry *entries;  /* sorted by (begin, end, order) */
+    size_t n;
+    st_entry **by_name; /* sorted by name, for lookup */
+    char **meta_keys;   /* header order */
+    char **meta_values;
+    size_t n_meta;
+};
+
+void mha_st_free(mha_st *st) {
+    if (!st) return;
+    for (size_t i = 0; i < st->n; i++) free(st->entries[i].name);
+    for (size_t i = 0; i < st->n_meta; i++) {
+        free(st->meta_keys[i]);
+        free(st->meta_values[i]);
+    }
+    free(st->entries);
+    free(st->by_name);
+    free(st->meta_keys);
+    free(st->meta_values);
+    free(st->buf);
+    free(st);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Header checks before JSON parsing                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above
+ * U+10FFFF; NUL is rejected as well. Returns the offset of the first bad
+ * byte, or len when all is well. */
+static size_t utf8_check(const unsigned char *s, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        if (c == 0) return i;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 3;
+            if (c == 0xE0) lo = 0xA0;      /* overlong */
+            else if (c == 0xED) hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 4;
+            if (c == 0xF0) lo = 0x90;      /* overlong */
+            else if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
+        } else {
+            return i; /* continuation byte, C0/C1, F5..FF */
+        }
+        if (len - i < n) return i;
+        if (s[i + 1] < lo || s[i + 1] > hi) return i;
+        for (size_t k = 2; k < n; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        i += n;
+    }
+    return len;
+}
+
+static bool is_hex(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* cJSON is lenient where JSON is not: it takes any byte <= 0x20 for white
+ * space, raw control characters inside strings, numbers such as "01" or
+ * "1." (and truncates literals over 63 characters), and decodes "\u0000"
+ * into a string that C then cuts short. This lexical pass, which tracks only
+ * whether it is inside a string, rejects all of that. Since every number in
+ * a valid header is a shape dim or an offset, numbers must also be plain
+ * integers: an optional '-', then "0" or [1-9][0-9]*, with no fraction or
+ * exponent. */
+static mha_status lex_check(const unsigned char *s, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        if (c == '"') {
+            i++;
+            for (;;) {
+                if (i >= len)
+                    return mha__fail(MHA_ERR_FORMAT, "header: unterminated string");
+                c = s[i];
+                if (c == '"') {
+                    i++;
+                    break;
+                }
+                if (c < 0x20)
+                    return mha__fail(MHA_ERR_FORMAT,
+                                     "header: raw control character 0x%02x in a "
+                                     "string at byte %zu", c, i);
+                if (c == '\\') {
+                    if (i + 1 >= len)
+                        return mha__fail(MHA_ERR_FORMAT, "header: unterminated string");
+                    unsigned char e = s[i + 1];
+                    if (e == 'u') {
+                        if (len - i < 6 || !is_hex(s[i + 2]) || !is_hex(s[i + 3]) ||
+                            !is_hex(s[i + 4]) || !is_hex(s[i + 5]))
+                            return mha__fail(MHA_ERR_FORMAT,
+                                             "header: bad \\u escape at byte %zu", i);
+                        if (memcmp(s + i + 2, "0000", 4) == 0)
+                            return mha__fail(MHA_ERR_FORMAT,
+                                             "header: \\u0000 in a string at byte %zu", i);
+                        i += 6;
+                        continue;
+                    }
+                    if (!strchr("\"\\/bfnrt", e) || e == 0)
+                        return mha__fail(MHA_ERR_FORMAT,
+                                         "header: bad escape at byte %zu", i);
+                    i += 2;
+                    continue;
+                }
+                i++;
+            }
+            continue;
+        }
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t start = i;
+            if (c == '-') i++;
+            size_t digits = i;
+            while (i < len && s[i] >= '0' && s[i] <= '9') i++;
+            size_t nd = i - digits;
+            if (nd == 0)
+                return mha__fail(MHA_ERR_FORMAT, "header: bad number at byte %zu", start);
+            if (nd > 1 && s[digits] == '0')
+                return mha__fail(MHA_ERR_FORMAT,
+                                 "header: number with a leading zero at byte %zu", start);
+            if (i < len && (s[i] == '.' || s[i] == 'e' || s[i] == 'E'))
+                return mha__fail(MHA_ERR_FORMAT,
+                                 "header: number at byte %zu is not an integer", start);
+            if (nd > 20)
+                return mha__fail(MHA_ERR_FORMAT,
+                                 "header: number at byte %zu is too long", start);
+            continue;
+        }
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+            return mha__fail(MHA_ERR_FORMAT,
+                             "header: control character 0x%02x at byte %zu", c, i);
+        i++;
+    }
+    return MHA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Header semantics                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* A JSON number that must be an integer in [0, 2^53). what/index/name are
+ * for the detail. */
+static mha_status get_uint(const cJSON *v, const char *name, const char *what,
+                           size_t index, uint64_t *out) {
+    if (!cJSON_IsNumber(v))
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': %s[%zu] is not a number",
+                         name, what, index);
+    double d = v->valuedouble;
+    if (!(d >= 0.0) || signbit(d))
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': %s[%zu] is negative", name,
+                         what, index);
+    if (!(d < (double)ST_MAX_EXACT))
+        return mha__fail(MHA_ERR_FORMAT,
+                         "tensor '%s': %s[%zu] is not exactly representable "
+                         "(must be below 2^53)", name, what, index);
+    if (d != floor(d)) /* unreachable after lex_check; kept for safety */
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': %s[%zu] is not an integer",
+                         name, what, index);
+    *out = (uint64_t)d;
+    return MHA_OK;
+}
+
+static mha_status parse_entry(const cJSON *item, size_t data_size, st_entry *e) {
+    const char *name = item->string;
+    if (!cJSON_IsObject(item))
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': entry is not an object", name);
+    const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
+    for (const cJSON *c = item->child; c; c = c->next) {
+        const cJSON **slot;
+        if (strcmp(c->string, "dtype") == 0) slot = &dtype;
+        else if (strcmp(c->string, "shape") == 0) slot = &shape;
+        else if (strcmp(c->string, "data_offsets") == 0) slot = &offs;
+        else
+            return mha__fail(MHA_ERR_FORMAT, "tensor '%s': unexpected key '%s'", name,
+                             c->string);
+        if (*slot)
+            return mha__fail(MHA_ERR_FORMAT, "tensor '%s': duplicate key '%s'", name,
+                             c->string);
+        *slot = c;
+    }
+    if (!dtype) return mha__fail(MHA_ERR_FORMAT, "tensor '%s': no dtype", name);
+    if (!shape) return mha__fail(MHA_ERR_FORMAT, "tensor '%s': no shape", name);
+    if (!offs) return mha__fail(MHA_ERR_FORMAT, "tensor '%s': no data_offsets", name);
+
+    if (!cJSON_IsString(dtype))
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': dtype is not a string", name);
+    if (!dtype_from_name(dtype->valuestring, &e->dtype))
+        return mha__fail(MHA_ERR_DTYPE, "tensor '%s': unknown dtype '%s'", name,
+                         dtype->valuestring);
+
+    if (!cJSON_IsArray(shape))
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': shape is not an array", name);
+    int nd = 0;
+    size_t numel = 1;
+    for (const cJSON *c = shape->child; c; c = c->next) {
+        if (nd == MHA_ST_MAX_DIMS)
+            return mha__fail(MHA_ERR_FORMAT, "tensor '%s': more than %d dims", name,
+                             MHA_ST_MAX_DIMS);
+        uint64_t dim;
+        mha_status s = get_uint(c, name, "shape", (size_t)nd, &dim);
+        if (s != MHA_OK) return s;
+        e->shape[nd++] = (int64_t)dim;
+        if (dim > SIZE_MAX || !mha__mul_size(numel, (size_t)dim, &numel))
+            return mha__fail(MHA_ERR_FORMAT, "tensor '%s': element count overflows",
+                             name);
+    }
+    e->ndim = nd;
+    e->numel = numel;
+    size_t nbytes;
+    if (!mha__mul_size(numel, dtype_table[e->dtype].size, &nbytes))
+        return mha__fail(MHA_ERR_FORMAT, "tensor '%s': byte size overflows", name);
+
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return mha__fail(MHA_ERR_FORMAT,
+                         "tensor '%s': data_offsets is not an array of two integers",
+                         name);
+    uint64_t b, en;
+    mha_status s = get_uint(offs->child, name, "data_offsets", 0, &b);
+    if (s == MHA_OK) s = get_uint(offs->child->next, name, "data_offsets", 1, &en);
+    if (s != MHA_OK) return s;
+    if (b > en)
+        return mha__fail(MHA_ERR_FORMAT,
+                         "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                         "] has begin > end", name, b, en);
+    if (en > data_size)
+        return mha__fail(MHA_ERR_FORMAT,
+                         "tensor '%s': data_offsets end %" PRIu64
+                         " is beyond the data section (%zu bytes)", name, en, data_size);
+    e->begin = (size_t)b;
+    e->end = (size_t)en;
+    if (e->end - e->begin != nbytes)
+        return mha__fail(MHA_ERR_FORMAT,
+                         "tensor '%s': data_offsets span %zu bytes, but shape and "
+                         "dtype %s need %zu", name, e->end - e->begin,
+                         dtype_table[e->dtype].name, nbytes);
+    return MHA_OK;
+}
+
+static int cmp_range(const void *a, const void *b) {
+    const st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->order < y->order ? -1 : (x->order > y->order);
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+    const st_entry *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    const char *const *x = a, *const *y = b;
+    return strcmp(*x, *y);
+}
+
+static mha_status parse_metadata(mha_st *st, const cJSON *meta) {
+    if (!cJSON_IsObject(meta))
+        return mha__fail(MHA_ERR_FORMAT, "__metadata__ is not an object");
+    size_t n = 0;
+    for (const cJSON *c = meta->child; c; c = c->next) {
+        if (!cJSON_IsString(c))
+            return mha__fail(MHA_ERR_FORMAT, "__metadata__ value of '%s' is not a string",
+                             c->string);
+        n++;
+    }
+    if (n == 0) return MHA_OK;
+    st->meta_keys = calloc(n, sizeof *st->meta_keys);
+    st->meta_values = calloc(n, sizeof *st->meta_values);
+    if (!st->meta_keys || !st->meta_values)
+        return mha__fail(MHA_ERR_NOMEM, "out of memory reading __metadata__");
+    for (const cJSON *c = meta->child; c; c = c->next) {
+        char *k = dup_str(c->string), *v = dup_str(c->valuestring);
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return mha__fail(MHA_ERR_NOMEM, "out of memory reading __metadata__");
+        }
+        st->meta_keys[st->n_meta] = k;
+        st->meta_values[st->n_meta] = v;
+        st->n_meta++;
+    }
+    /* duplicates: sort a copy of the key pointers */
+    char **keys = malloc(n * sizeof *keys);
+    if (!keys) return mha__fail(MHA_ERR_NOMEM, "out of memory reading __metadata__");
+    memcpy(keys, st->meta_keys, n * sizeof *keys);
+    qsort(keys, n, sizeof *keys, cmp_str);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            mha_status s = mha__fail(MHA_ERR_FORMAT, "__metadata__: duplicate key '%s'",
+                                     keys[i]);
+            free(keys);
+            return s;
+        }
+    }
+    free(keys);
+    return MHA_OK;
+}
+
+static mha_status parse_json(mha_st *st, const cJSON *root, size_t data_size) {
+    if (!cJSON_IsObject(root))
+        return mha__fail(MHA_ERR_FORMAT, "header is not a JSON object");
+    size_t n = 0;
+    const cJSON *meta = NULL;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcmp(c->string, "__metadata__") == 0) {
+            if (meta) return mha__fail(MHA_ERR_FORMAT, "duplicate key '__metadata__'");
+            meta = c;
+        } else {
+            if (c->string[0] == '\0')
+                return mha__fail(MHA_ERR_FORMAT, "empty tensor name");
+            n++;
+        }
+    }
+    if (meta) {
+        mha_status s = parse_metadata(st, meta);
+        if (s != MHA_OK) return s;
+    }
+    if (n == 0) {
+        if (data_size != 0)
+            return mha__fail(MHA_ERR_FORMAT,
+                             "%zu trailing bytes after the header of a file without "
+                             "tensors", data_size);
+        return MHA_OK;
+    }
+    st->entries = calloc(n, sizeof *st->entries);
+    st->by_name = malloc(n * sizeof *st->by_name);
+    if (!st->entries || !st->by_name)
+        return mha__fail(MHA_ERR_NOMEM, "out of memory reading %zu tensor entries", n);
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (c == meta) continue;
+        st_entry *e = &st->entries[st->n];
+        mha_status s = parse_entry(c, data_size, e);
+        if (s != MHA_OK) return s;
+        e->order = st->n;
+        e->name = dup_str(c->string);
+        if (!e->name) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        st->n++;
+    }
+    /* file order and coverage */
+    qsort(st->entries, n, sizeof *st->entries, cmp_range);
+    /* unique names */
+    for (size_t i = 0; i < n; i++) st->by_name[i] = &st->entries[i];
+    qsort(st->by_name, n, sizeof *st->by_name, cmp_entry_name);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(st->by_name[i - 1]->name, st->by_name[i]->name) == 0)
+            return mha__fail(MHA_ERR_FORMAT, "duplicate tensor name '%s'",
+                             st->by_name[i]->name);
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        const st_entry *e = &st->entries[i];
+        if (e->begin < pos)
+            return mha__fail(MHA_ERR_FORMAT,
+                             "tensor '%s': bytes [%zu, %zu) overlap the previous tensor "
+                             "'%s'", e->name, e->begin, e->end, st->entries[i - 1].name);
+        if (e->begin > pos)
+            return mha__fail(MHA_ERR_FORMAT,
+                             "gap of %zu bytes in the data section before tensor '%s'",
+                             e->begin - pos, e->name);
+        pos = e->end;
+    }
+    if (pos != data_size)
+        return mha__fail(MHA_ERR_FORMAT,
+                         "%zu trailing bytes after the last tensor in the data section",
+                         data_size - pos);
+    return MHA_OK;
+}
+
+/* Takes ownership of buf (malloc'd, len bytes) in every case. */
+static mha_status parse_owned(unsigned char *buf, size_t len, mha_st **out) {
+    *out = NULL;
+    if (len < 8) {
+        free(buf);
+        return mha__fail(MHA_ERR_FORMAT, "file of %zu bytes is shorter than the 8-byte "
+                         "header length", len);
+    }
+    uint64_t hlen64 = 0;
+    for (int i = 7; i >= 0; i--) hlen64 = (hlen64 << 8) | buf[i];
+    mha_status s = MHA_OK;
+    if (hlen64 == 0)
+        s = mha__fail(MHA_ERR_FORMAT, "header length is 0");
+    else if (hlen64 > ST_MAX_HEADER)
+        s = mha__fail(MHA_ERR_FORMAT, "header length %" PRIu64 " exceeds the limit of %"
+                      PRIu64 " bytes", hlen64, ST_MAX_HEADER);
+    else if (hlen64 > len - 8)
+        s = mha__fail(MHA_ERR_FORMAT, "header length %" PRIu64 " exceeds the %zu bytes "
+                      "after the length prefix", hlen64, len - 8);
+    if (s != MHA_OK) {
+        free(buf);
+        return s;
+    }
+    size_t hlen = (size_t)hlen64;
+    const unsigned char *h = buf + 8;
+
+    mha_st *st = calloc(1, sizeof *st);
+    if (!st) {
+        free(buf);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    }
+    st->buf = buf;
+    st->len = len;
+    st->data_start = 8 + hlen;
+
+    size_t bad = utf8_check(h, hlen);
+    size_t jlen = hlen;
+    char *json = NULL;
+    cJSON *root = NULL;
+    if (bad != hlen) {
+        s = h[bad] == 0 ? mha__fail(MHA_ERR_FORMAT, "header has a NUL byte at %zu", bad)
+                        : mha__fail(MHA_ERR_FORMAT, "header is not valid UTF-8 (byte %zu)",
+                                    bad);
+        goto done;
+    }
+    while (jlen > 0 && h[jlen - 1] == ' ') jlen--; /* padding */
+    if (jlen == 0 || h[0] != '{') {
+        s = mha__fail(MHA_ERR_FORMAT, "header does not start with '{'");
+        goto done;
+    }
+    if (h[jlen - 1] != '}') {
+        s = mha__fail(MHA_ERR_FORMAT,
+                      "header does not end with '}' (only spaces may pad it)");
+        goto done;
+    }
+    s = lex_check(h, jlen);
+    if (s != MHA_OK) goto done;
+    json = malloc(jlen + 1);
+    if (!json) {
+        s = mha__fail(MHA_ERR_NOMEM, "out of memory copying the header");
+        goto done;
+    }
+    memcpy(json, h, jlen);
+    json[jlen] = '\0';
+    const char *end = NULL;
+    root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        size_t at = (end && end >= json && end <= json + jlen) ? (size_t)(end - json) : 0;
+        s = mha__fail(MHA_ERR_FORMAT, "header is not valid JSON (near byte %zu)", at);
+        goto done;
+    }
+    s = parse_json(st, root, len - st->data_start);
+
+done:
+    cJSON_Delete(root);
+    free(json);
+    if (s != MHA_OK) {
+        mha_st_free(st);
+        return s;
+    }
+    *out = st;
+    return MHA_OK;
+}
+
+mha_status mha_st_parse(const void *buf, size_t len, mha_st **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_parse: out is NULL");
+    *out = NULL;
+    if (!buf && len > 0) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_parse: buf is NULL");
+    unsigned char *copy = malloc(len ? len : 1);
+    if (!copy) return mha__fail(MHA_ERR_NOMEM, "out of memory copying %zu bytes", len);
+    if (len) memcpy(copy, buf, len);
+    return parse_owned(copy, len, out);
+}
+
+mha_status mha_st_read_file(const char *path, mha_st **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_file: out is NULL");
+    *out = NULL;
+    if (!path) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_file: path is NULL");
+    /* O_NONBLOCK: opening a FIFO must not hang; cleared once the file is
+     * known to be a regular one */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return mha__fail(MHA_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return mha__fail(MHA_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (!S_ISREG(sb.st_mode) || fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        close(fd);
+        return mha__fail(MHA_ERR_IO, "'%s' is not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return mha__fail(MHA_ERR_IO, "cannot open '%s': %s", path, strerror(e));
+    }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > SIZE_MAX - 1) {
+        fclose(f);
+        return mha__fail(MHA_ERR_IO, "'%s' is too large", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    unsigned char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fclose(f);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory reading '%s' (%zu bytes)", path,
+                         size);
+    }
+    size_t got = size ? fread(buf, 1, size, f) : 0;
+    int err = ferror(f);
+    /* the file must not have grown or shrunk under us */
+    int extra = (got == size) ? fgetc(f) : EOF;
+    fclose(f);
+    if (err || got != size || extra != EOF) {
+        free(buf);
+        return mha__fail(MHA_ERR_IO, "cannot read '%s'%s", path,
+                         err ? ": read error" : ": size changed while reading");
+    }
+    mha_status s = parse_owned(buf, size, out);
+    if (s != MHA_OK) {
+        char detail[400];
+        snprintf(detail, sizeof detail, "%s", mha_last_error());
+        return mha__fail(s, "%s: %s", path, detail);
+    }
+    return MHA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Access                                                                     */
+/* ------------------------------------------------------------------------ */
+
+size_t mha_st_count(const mha_st *st) { return st ? st->n : 0; }
+
+static void fill_tensor(const mha_st *st, const st_entry *e, mha_st_tensor *out) {
+    out->name = e->name;
+    out->dtype = e->dtype;
+    out->ndim = e->ndim;
+    memset(out->shape, 0, sizeof out->shape);
+    for (int d = 0; d < e->ndim; d++) out->shape[d] = e->shape[d];
+    out->numel = e->numel;
+    out->data = st->buf + st->data_start + e->begin;
+    out->nbytes = e->end - e->begin;
+}
+
+mha_status mha_st_get(const mha_st *st, size_t i, mha_st_tensor *out) {
+    if (!st || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_get: NULL argument");
+    if (i >= st->n)
+        return mha__fail(MHA_ERR_ARGUMENT, "tensor index %zu out of range (%zu tensors)",
+                         i, st->n);
+    fill_tensor(st, &st->entries[i], out);
+    return MHA_OK;
+}
+
+static int cmp_find(const void *key, const void *elem) {
+    const st_entry *const *e = elem;
+    return strcmp(key, (*e)->name);
+}
+
+mha_status mha_st_find(const mha_st *st, const char *name, mha_st_tensor *out) {
+    if (!st || !name || !out)
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_find: NULL argument");
+    st_entry **hit = st->n ? bsearch(name, st->by_name, st->n, sizeof *st->by_name,
+                                     cmp_find)
+                           : NULL;
+    if (!hit) return mha__fail(MHA_ERR_MISSING, "no tensor named '%s'", name);
+    fill_tensor(st, *hit, out);
+    return MHA_OK;
+}
+
+const char *mha_st_metadata(const mha_st *st, const char *key) {
+    if (!st || !key) return NULL;
+    for (size_t i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta_keys[i], key) == 0) return st->meta_values[i];
+    return NULL;
+}
+
+size_t mha_st_metadata_count(const mha_st *st) { return st ? st->n_meta : 0; }
+
+mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
+                               const char **value) {
+    if (!st) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_metadata_get: st is NULL");
+    if (i >= st->n_meta)
+        return mha__fail(MHA_ERR_ARGUMENT,
+                         "metadata index %zu out of range (%zu entries)", i, st->n_meta);
+    if (key) *key = st->meta_keys[i];
+    if (value) *value = st->meta_values[i];
+    return MHA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Conversion                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* IEEE binary16 -> binary32, exact (every half is a float): subnormals,
+ * infinities, and NaN payloads kept as c10's fp16_ieee_to_fp32 keeps them. */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0) {
+        float v = (float)man * 0x1p-24f; /* zero or subnormal; exact */
+        return sign ? -v : v;
+    }
+    if (exp == 31) return f32_from_bits(sign | 0x7f800000u | (man << 13));
+    return f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n) {
+    if (!t || (!out && n > 0))
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_tensor_to_f32: NULL argument");
+    if (n != t->numel)
+        return mha__fail(MHA_ERR_ARGUMENT,
+                         "tensor '%s' has %zu elements, output holds %zu",
+                         t->name ? t->name : "", t->numel, n);
+    size_t es;
+    switch (t->dtype) {
+    case MHA_DTYPE_F32: es = 4; break;
+    case MHA_DTYPE_F64: es = 8; break;
+    case MHA_DTYPE_F16:
+    case MHA_DTYPE_BF16: es = 2; break;
+    default:
+        return mha__fail(MHA_ERR_DTYPE, "tensor '%s': cannot convert dtype %s to F32",
+                         t->name ? t->name : "",
+                         mha_dtype_name(t->dtype) ? mha_dtype_name(t->dtype) : "?");
+    }
+    size_t need;
+    if (!mha__mul_size(n, es, &need) || need != t->nbytes || (!t->data && n > 0))
+        return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s': %zu bytes do not hold %zu %s",
+                         t->name ? t->name : "", t->nbytes, n, mha_dtype_name(t->dtype));
+    const unsigned char *p = t->data;
+    for (size_t i = 0; i < n; i++, p += es) {
+        switch (t->dtype) {
+        case MHA_DTYPE_F32:
+            out[i] = f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                                   (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+            break;
+        case MHA_DTYPE_F64: {
+            uint64_t u = 0;
+            for (int k = 7; k >= 0; k--) u = (u << 8) | p[k];
+            double d;
+            memcpy(&d, &u, sizeof d);
+            out[i] = (float)d; /* round to nearest; out of range -> inf, as torch */
+            break;
+        }
+        case MHA_DTYPE_F16:
+            out[i] = half_to_float((uint16_t)(p[0] | p[1] << 8));
+            break;
+        default: /* BF16 */
+            out[i] = f32_from_bits(((uint32_t)p[0] | (uint32_t)p[1] << 8) << 16);
+            break;
+        }
+    }
+    return MHA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writer                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static mha_status add_uint(cJSON *arr, uint64_t v) {
+    char num[24];
+    snprintf(num, sizeof num, "%" PRIu64, v);
+    cJSON *it = cJSON_CreateRaw(num); /* exact digits, never "1e+15" */
+    if (!it || !cJSON_AddItemToArray(arr, it)) {
+        cJSON_Delete(it);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory building the header");
+    }
+    return MHA_OK;
+}
+
+static mha_status add_obj(cJSON *obj, const char *key, cJSON *item) {
+    if (!item || !cJSON_AddItemToObject(obj, key, item)) {
+        cJSON_Delete(item);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory building the header");
+    }
+    return MHA_OK;
+}
+
+static bool valid_utf8_str(const char *s) {
+    size_t n = strlen(s);
+    return utf8_check((const unsigned char *)s, n) == n;
+}
+
+static mha_status write_all(int fd, const void *p, size_t n, const char *tmp) {
+    const unsigned char *c = p;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        ssize_t w = write(fd, c, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return mha__fail(MHA_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+        }
+        if (w == 0) return mha__fail(MHA_ERR_IO, "cannot write '%s'", tmp);
+        c += (size_t)w;
+        n -= (size_t)w;
+    }
+    return MHA_OK;
+}
+
+/* ERR_ARGUMENT naming the first duplicate among n strings (what: "tensor
+ * name", "metadata key"); sorts a copy of the pointers, O(n log n). */
+static mha_status check_unique(const char *const *strs, size_t stride, size_t n,
+                               const char *what) {
+    if (n < 2) return MHA_OK;
+    const char **v = malloc(n * sizeof *v);
+    if (!v) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) v[i] = strs[i * stride];
+    qsort(v, n, sizeof *v, cmp_str);
+    mha_status s = MHA_OK;
+    for (size_t i = 1; i < n && s == MHA_OK; i++)
+        if (strcmp(v[i - 1], v[i]) == 0) s = mha__fail(MHA_ERR_ARGUMENT, "duplicate %s '%s'", what, v[i]);
+    free(v);
+    return s;
+}
+
+/* Checks the arguments and builds the JSON header; sizes[i] gets each
+ * tensor's byte count. */
+static mha_status build_header(const mha_st_entry *t, size_t n, const char *const *meta,
+                               size_t n_meta, size_t *sizes, char **json_out) {
+    *json_out = NULL;
+    mha_status s = MHA_OK;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return mha__fail(MHA_ERR_NOMEM, "out of memory building the header");
+
+    if (n_meta > 0) {
+        cJSON *m = cJSON_CreateObject();
+        s = add_obj(root, "__metadata__", m);
+        for (size_t i = 0; s == MHA_OK && i < n_meta; i++) {
+            const char *k = meta[2 * i], *v = meta[2 * i + 1];
+            if (!k || !v) {
+                s = mha__fail(MHA_ERR_ARGUMENT, "metadata entry %zu has a NULL %s", i,
+                              k ? "value" : "key");
+                break;
+            }
+            if (!valid_utf8_str(k) || !valid_utf8_str(v)) {
+                s = mha__fail(MHA_ERR_ARGUMENT, "metadata entry '%s' is not valid UTF-8",
+                              valid_utf8_str(k) ? k : "?");
+                break;
+            }
+            s = add_obj(m, k, cJSON_CreateString(v));
+        }
+        if (s == MHA_OK) s = check_unique(meta, 2, n_meta, "metadata key");
+    }
+
+    /* names first: non-empty, UTF-8, not reserved, unique */
+    for (size_t i = 0; s == MHA_OK && i < n; i++) {
+        const char *nm = t[i].name;
+        if (!nm || !nm[0])
+            s = mha__fail(MHA_ERR_ARGUMENT, "tensor %zu has no name", i);
+        else if (strcmp(nm, "__metadata__") == 0 || !valid_utf8_str(nm))
+            s = mha__fail(MHA_ERR_ARGUMENT, "tensor %zu: invalid name", i);
+    }
+    if (s == MHA_OK && n > 1) {
+        const char **names = malloc(n * sizeof *names);
+        if (!names) {
+            s = mha__fail(MHA_ERR_NOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < n; i++) names[i] = t[i].name;
+            s = check_unique(names, 1, n, "tensor name");
+            free(names);
+        }
+    }
+
+    uint64_t off = 0;
+    for (size_t i = 0; s == MHA_OK && i < n; i++) {
+        const mha_st_entry *e = &t[i];
+        if (!dtype_known(e->dtype)) {
+            s = mha__fail(MHA_ERR_DTYPE, "tensor '%s': unknown dtype %d", e->name,
+                          (int)e->dtype);
+            break;
+        }
+        if (e->ndim < 0 || e->ndim > MHA_ST_MAX_DIMS || (e->ndim > 0 && !e->shape)) {
+            s = mha__fail(MHA_ERR_ARGUMENT, "tensor '%s': ndim %d not in [0, %d]%s",
+                          e->name, e->ndim, MHA_ST_MAX_DIMS,
+                          (e->ndim > 0 && !e->shape) ? " or shape NULL" : "");
+            break;
+        }
+        size_t numel = 1;
+        for (int d = 0; d < e->ndim && s == MHA_OK; d++) {
+            if (e->shape[d] < 0)
+                s = mha__fail(MHA_ERR_ARGUMENT, "tensor '%s': shape[%d] = %" PRId64
+                              " is negative", e->name, d, e->shape[d]);
+            else if ((uint64_t)e->shape[d] >= ST_MAX_EXACT ||
+                     (uint64_t)e->shape[d] > SIZE_MAX ||
+                     !mha__mul_size(numel, (size_t)e->shape[d], &numel))
+                s = mha__fail(MHA_ERR_OVERFLOW, "tensor '%s': shape too large", e->name);
+        }
+        if (s != MHA_OK) break;
+        size_t nb;
+        uint64_t end;
+        if (!mha__mul_size(numel, dtype_table[e->dtype].size, &nb) ||
+            __builtin_add_overflow(off, (uint64_t)nb, &end) || end >= ST_MAX_EXACT ||
+            end > SIZE_MAX) {
+            s = mha__fail(MHA_ERR_OVERFLOW, "tensor '%s': data size overflows", e->name);
+            break;
+        }
+        if (nb > 0 && !e->data) {
+            s = mha__fail(MHA_ERR_ARGUMENT, "tensor '%s': data is NULL", e->name);
+            break;
+        }
+        sizes[i] = nb;
+        cJSON *obj = cJSON_CreateObject();
+        s = add_obj(root, e->name, obj);
+        if (s != MHA_OK) break;
+        s = add_obj(obj, "dtype", cJSON_CreateString(dtype_table[e->dtype].name));
+        cJSON *shape = NULL, *offs = NULL;
+        if (s == MHA_OK) {
+            shape = cJSON_CreateArray();
+            s = add_obj(obj, "shape", shape);
+        }
+        for (int d = 0; s == MHA_OK && d < e->ndim; d++)
+            s = add_uint(shape, (uint64_t)e->shape[d]);
+        if (s == MHA_OK) {
+            offs = cJSON_CreateArray();
+            s = add_obj(obj, "data_offsets", offs);
+        }
+        if (s == MHA_OK) s = add_uint(offs, off);
+        if (s == MHA_OK) s = add_uint(offs, end);
+        off = end;
+    }
+    if (s == MHA_OK) {
+        *json_out = cJSON_PrintUnformatted(root);
+        if (!*json_out) s = mha__fail(MHA_ERR_NOMEM, "out of memory printing the header");
+    }
+    cJSON_Delete(root);
+    return s;
+}
+
+mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors, size_t n,
+                             const char *const *meta, size_t n_meta) {
+    if (!path || !path[0])
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_write_file: no path");
+    if (n > 0 && !tensors)
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_write_file: tensors is NULL");
+    if (n_meta > 0 && !meta)
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_write_file: meta is NULL");
+    if (n > SIZE_MAX / sizeof(size_t) || n_meta > SIZE_MAX / 2)
+        return mha__fail(MHA_ERR_OVERFLOW, "mha_st_write_file: too many entries");
+
+    size_t *sizes = malloc((n ? n : 1) * sizeof *sizes);
+    if (!sizes) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    char *json = NULL;
+    mha_status s = build_header(tensors, n, meta, n_meta, sizes, &json);
+    if (s != MHA_OK) {
+        free(sizes);
+        return s;
+    }
+    size_t jlen = strlen(json);
+    size_t hlen = (jlen + 7u) & ~(size_t)7u;
+    if (hlen < jlen || hlen > ST_MAX_HEADER) {
+        free(sizes);
+        cJSON_free(json);
+        return mha__fail(MHA_ERR_OVERFLOW, "header of %zu bytes exceeds the limit", jlen);
+    }
+    unsigned char *head = malloc(8 + hlen);
+    if (!head) {
+        free(sizes);
+        cJSON_free(json);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    memcpy(head + 8, json, jlen);
+    memset(head + 8 + jlen, ' ', hlen - jlen);
+    cJSON_free(json);
+
+    /* temp file beside the target, then rename: a failure never leaves a
+     * partial file at path */
+    static atomic_uint counter;
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 64);
+    int fd = -1;
+    if (!tmp) {
+        s = mha__fail(MHA_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int attempt = 0; attempt < 100; attempt++) {
+        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 atomic_fetch_add(&counter, 1u));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        s = mha__fail(MHA_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    s = write_all(fd, head, 8 + hlen, tmp);
+    for (size_t i = 0; s == MHA_OK && i < n; i++)
+        if (sizes[i]) s = write_all(fd, tensors[i].data, sizes[i], tmp);
+    if (s == MHA_OK && fsync(fd) != 0)
+        s = mha__fail(MHA_ERR_IO, "cannot sync '%s': %s", tmp, strerror(errno));
+    if (close(fd) != 0 && s == MHA_OK)
+        s = mha__fail(MHA_ERR_IO, "cannot close '%s': %s", tmp, strerror(errno));
+    fd = -1;
+    if (s == MHA_OK && rename(tmp, path) != 0)
+        s = mha__fail(MHA_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path,
+                      strerror(errno));
+    if (s != MHA_OK) unlink(tmp);
+
+out:
+    free(tmp);
+    free(head);
+    free(sizes);
+    return s;
+}
