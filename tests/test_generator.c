@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int passed, failed;
@@ -403,6 +404,329 @@ static void test_errors(void) {
     mha_generator_free(g);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Bulk paths: mha__generator_random_bulk, mha__generator_keep_bits and the  */
+/* chunked mha_generator_dropout against the scalar calls, under the ISA     */
+/* that is current (main runs them with "auto" and again with "ref").        */
+/* ------------------------------------------------------------------------ */
+
+static const char *isa_name = "auto";
+
+static uint64_t lcg_state = 0x9e3779b97f4a7c15u;
+static uint64_t lcg(void) {
+    lcg_state = lcg_state * 6364136223846793005u + 1442695040888963407u;
+    return lcg_state >> 11; /* 53 bits */
+}
+
+/* The next k outputs of g and h agree (consumes from both). */
+static int same_next(mha_generator *g, mha_generator *h, int k) {
+    int ok = 1;
+    for (int i = 0; i < k; i++) ok &= mha_generator_random(g) == mha_generator_random(h);
+    return ok;
+}
+
+static void scalar_draws(mha_generator *g, uint32_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = mha_generator_random(g);
+}
+
+/* Seeds g and h alike, takes `pre` scalar draws from both, then n outputs
+ * in bulk from g and n scalar draws from h: they must be equal and leave
+ * both generators in the same state (the next 1300 outputs, crossing a
+ * twist, agree). */
+static void bulk_case(uint64_t seed, size_t pre, size_t n, uint32_t *a, uint32_t *b) {
+    mha_generator *g = fresh(seed, MHA_RNG_AVX2), *h = fresh(seed, MHA_RNG_AVX2);
+    if (g == NULL || h == NULL) return;
+    for (size_t i = 0; i < pre; i++) {
+        mha_generator_random(g);
+        mha_generator_random(h);
+    }
+    mha__generator_random_bulk(g, a, n);
+    scalar_draws(h, b, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i] && bad++ == 0) first = i;
+    CHECK(bad == 0, "[%s] bulk(%zu) after %zu draws, seed %llu: %zu differ, first at %zu",
+          isa_name, n, pre, (unsigned long long)seed, bad, first);
+    CHECK(same_next(g, h, 1300), "[%s] state after bulk(%zu) after %zu draws differs",
+          isa_name, n, pre);
+    mha_generator_free(g);
+    mha_generator_free(h);
+}
+
+static void test_random_bulk(void) {
+    enum { MAXN = 100000 };
+    uint32_t *a = malloc(MAXN * sizeof *a), *b = malloc(MAXN * sizeof *b);
+    if (a == NULL || b == NULL) {
+        CHECK(0, "out of memory");
+        free(a);
+        free(b);
+        return;
+    }
+    static const size_t sizes[] = {0,    1,    2,    7,    8,    9,    16,   623,
+                                   624,  625,  1247, 1248, 1249, 1872, 5000, MAXN};
+    static const size_t pres[] = {0, 1, 2, 3, 227, 396, 622, 623, 624, 625, 1000, 1248};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        for (size_t j = 0; j < sizeof pres / sizeof pres[0]; j++)
+            bulk_case(123 + j, pres[j], sizes[i], a, b);
+    /* Random sizes and starting points. */
+    for (int r = 0; r < 200; r++) {
+        const size_t n = (size_t)(lcg() % (r < 150 ? 3000 : MAXN));
+        const size_t pre = (size_t)(lcg() % 2000);
+        bulk_case(lcg() & 0xffffffffu, pre, n, a, b);
+    }
+    /* NULL generator / n == 0: nothing happens. */
+    mha__generator_random_bulk(NULL, a, 10);
+    mha__generator_random_bulk(NULL, NULL, 0);
+
+    /* A long sequence of mixed calls: bulk draws, raw and 64-bit draws,
+     * uniform, both normal paths (the double cache must carry across),
+     * dropout and keep bits. g uses the bulk paths, h only scalar calls. */
+    mha_generator *g = fresh(2024, MHA_RNG_AVX2), *h = fresh(2024, MHA_RNG_AVX2);
+    float fa[300], fb[300], in[300];
+    uint64_t ka[8], kb[8];
+    for (int i = 0; i < 300; i++) in[i] = (float)(i % 13) - 6.0f;
+    int ok = 1;
+    for (int step = 0; step < 3000 && g && h; step++) {
+        const size_t n = (size_t)(lcg() % 300);
+        switch (lcg() % 7) {
+        case 0:
+            mha__generator_random_bulk(g, a, n * 7);
+            scalar_draws(h, b, n * 7);
+            ok &= memcmp(a, b, n * 7 * sizeof *a) == 0;
+            break;
+        case 1:
+            ok &= mha_generator_random64(g) == mha_generator_random64(h);
+            break;
+        case 2:
+            mha_generator_uniform(g, fa, n, -1.0, 2.0);
+            mha_generator_uniform(h, fb, n, -1.0, 2.0);
+            ok &= memcmp(fa, fb, n * sizeof *fa) == 0;
+            break;
+        case 3: {
+            const size_t m = n % 20; /* both the scalar (< 16) and block paths */
+            mha_generator_normal(g, fa, m, 0.5, 2.0);
+            mha_generator_normal(h, fb, m, 0.5, 2.0);
+            ok &= memcmp(fa, fb, m * sizeof *fa) == 0;
+            break;
+        }
+        case 4: {
+            const double p = 0.25;
+            const float scale = mha__dropout_scale(p);
+            mha_generator_dropout(g, fa, in, n, p);
+            for (size_t i = 0; i < n; i++)
+                fb[i] = in[i] * (mha__dropout_keep(h, p) ? scale : 0.0f);
+            ok &= memcmp(fa, fb, n * sizeof *fa) == 0;
+            break;
+        }
+        case 5: {
+            const size_t m = n % 500;
+            mha__generator_keep_bits(g, ka, m > 300 ? 300 : m, 0.7);
+            memset(kb, 0, sizeof kb);
+            for (size_t i = 0; i < (m > 300 ? 300 : m); i++)
+                kb[i >> 6] |= (uint64_t)mha__dropout_keep(h, 0.7) << (i & 63);
+            ok &= memcmp(ka, kb, ((m > 300 ? 300 : m) + 63) / 64 * sizeof *ka) == 0;
+            break;
+        }
+        default:
+            ok &= mha_generator_random(g) == mha_generator_random(h);
+            break;
+        }
+        if (!ok) {
+            CHECK(0, "[%s] mixed sequence diverged at step %d", isa_name, step);
+            break;
+        }
+    }
+    if (ok && g && h) CHECK(same_next(g, h, 2000), "[%s] mixed sequence: final state", isa_name);
+    mha_generator_free(g);
+    mha_generator_free(h);
+    free(a);
+    free(b);
+}
+
+static const double KEEP_PS[] = {0.1, 0.5, 0.9, 1e-9, 0.999999, 0.3333333333333333,
+                                 0.0, 1.0, 1e-300, 0.75};
+
+static void test_keep_bits(void) {
+    static const size_t sizes[] = {1,    2,    63,   64,   65,    127,   311,  312,
+                                   313,  1000, 1023, 1024, 1025,  2047,  4097, 12345,
+                                   65536 + 17, 100003};
+    static const size_t pres[] = {0, 1, 623, 1000};
+    enum { MAXN = 100003, MAXW = (MAXN + 63) / 64 + 1 };
+    uint64_t *a = malloc(MAXW * sizeof *a), *b = malloc(MAXW * sizeof *b);
+    if (a == NULL || b == NULL) {
+        CHECK(0, "out of memory");
+        free(a);
+        free(b);
+        return;
+    }
+    for (size_t pi = 0; pi < sizeof KEEP_PS / sizeof KEEP_PS[0]; pi++) {
+        const double p = KEEP_PS[pi];
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const size_t n = sizes[si], pre = pres[(pi + si) % 4], words = (n + 63) / 64;
+            mha_generator *g = fresh(7 + pi, MHA_RNG_AVX2), *h = fresh(7 + pi, MHA_RNG_AVX2);
+            if (g == NULL || h == NULL) break;
+            for (size_t i = 0; i < pre; i++) {
+                mha_generator_random(g);
+                mha_generator_random(h);
+            }
+            /* Pre-fill with ones: the padding bits must come back zero, and
+             * the word after the last must not be touched. */
+            memset(a, 0xff, MAXW * sizeof *a);
+            memset(b, 0, MAXW * sizeof *b);
+            mha__generator_keep_bits(g, a, n, p);
+            size_t kept = 0;
+            for (size_t i = 0; i < n; i++) {
+                const bool k = mha__dropout_keep(h, p);
+                kept += k;
+                b[i >> 6] |= (uint64_t)k << (i & 63);
+            }
+            size_t bad = 0;
+            for (size_t w = 0; w < words; w++) bad += a[w] != b[w];
+            CHECK(bad == 0, "[%s] keep_bits p=%.17g n=%zu pre=%zu: %zu of %zu words differ",
+                  isa_name, p, n, pre, bad, words);
+            CHECK(a[words] == ~UINT64_C(0), "[%s] keep_bits p=%g n=%zu wrote past the end",
+                  isa_name, p, n);
+            CHECK(same_next(g, h, 1300), "[%s] state after keep_bits p=%g n=%zu pre=%zu",
+                  isa_name, p, n, pre);
+            /* Sanity of the mask itself: about (1 - p) n kept. */
+            if (n >= 10000) {
+                const double rate = (double)kept / (double)n;
+                CHECK(fabs(rate - (1.0 - p)) < 0.02, "[%s] keep rate %g for p=%g", isa_name,
+                      rate, p);
+            }
+            mha_generator_free(g);
+            mha_generator_free(h);
+        }
+    }
+    mha__generator_keep_bits(NULL, a, 10, 0.5); /* harmless */
+    free(a);
+    free(b);
+}
+
+/* U53 < q as the scalar path computes it. */
+static bool u53_less(uint64_t v, double q) { return (double)v * 0x1p-53 < q; }
+
+/* The threshold against the double compare: every v within 3000 of T (and
+ * the range ends), directly and through mha__keep_bits_from_raw with junk in
+ * hi's top 11 bits (they must be ignored). */
+static int threshold_case(double q, uint32_t *raw, uint64_t *bits) {
+    const uint64_t top = UINT64_C(1) << 53, T = mha__u53_threshold(q);
+    if (T > top) return 0;
+    const uint64_t lo = T > 3000 ? T - 3000 : 0, hi = top - T > 3000 ? T + 3000 : top;
+    int ok = u53_less(0, q) == (0 < T) && u53_less(top - 1, q) == (top - 1 < T);
+    size_t n = 0;
+    for (uint64_t v = lo; v < hi; v++) {
+        ok &= u53_less(v, q) == (v < T);
+        raw[2 * n] = (uint32_t)(v >> 32) | ((uint32_t)lcg() << 21);
+        raw[2 * n + 1] = (uint32_t)v;
+        n++;
+    }
+    memset(bits, 0xff, ((n + 63) / 64 + 1) * sizeof *bits);
+    mha__keep_bits_from_raw(raw, n, T, bits);
+    for (size_t i = 0; i < n; i++) ok &= (int)((bits[i >> 6] >> (i & 63)) & 1u) == (lo + i < T);
+    if (n % 64) ok &= (bits[n >> 6] >> (n & 63)) == 0u;
+    ok &= bits[(n + 63) / 64] == ~UINT64_C(0);
+    return ok;
+}
+
+static void test_threshold(void) {
+    uint32_t *raw = malloc(2 * 6000 * sizeof *raw);
+    uint64_t *bits = malloc(200 * sizeof *bits);
+    if (raw == NULL || bits == NULL) {
+        CHECK(0, "out of memory");
+        free(raw);
+        free(bits);
+        return;
+    }
+    /* q = 1 - p for the dropout p's, special values, q * 2^53 integers
+     * (v == Q must not be kept), half-integers, and random doubles. */
+    for (size_t i = 0; i < sizeof KEEP_PS / sizeof KEEP_PS[0]; i++)
+        CHECK(threshold_case(1.0 - KEEP_PS[i], raw, bits), "[%s] threshold q = 1 - %.17g",
+              isa_name, KEEP_PS[i]);
+    static const double special[] = {0.0, -0.0, 1.0, 0x1p-53, 0x1p-54, 0x1.8p-53, 3 * 0x1p-53,
+                                     1.0 - 0x1p-53, 1.0 - 0x1p-52, 0.5, 1e-300, 4.9e-324,
+                                     -1.0, 2.0, 1e300, (double)INFINITY, -(double)INFINITY,
+                                     (double)NAN};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        CHECK(threshold_case(special[i], raw, bits), "[%s] threshold q = %.17g", isa_name,
+              special[i]);
+    CHECK(mha__u53_threshold((double)NAN) == 0 && mha__u53_threshold(0.0) == 0 &&
+              mha__u53_threshold(1.0) == UINT64_C(1) << 53 &&
+              mha__u53_threshold(0.5) == UINT64_C(1) << 52 &&
+              mha__u53_threshold(0x1.8p-53) == 2,
+          "threshold fixed points");
+    int bad = 0;
+    for (int r = 0; r < 300; r++) {
+        double q;
+        switch (r % 3) {
+        case 0: q = (double)lcg() * 0x1p-53; break;                 /* Q an integer */
+        case 1: q = ((double)lcg() + 0.5) * 0x1p-53; break;         /* Q + 1/2 */
+        default: q = (double)(lcg() | 1) * 0x1p-53 * 0x1p-20; break; /* small q */
+        }
+        if (!threshold_case(q, raw, bits) && bad++ < 4)
+            printf("  threshold q = %a fails\n", q);
+    }
+    CHECK(bad == 0, "[%s] %d random thresholds fail", isa_name, bad);
+    free(raw);
+    free(bits);
+}
+
+/* mha_generator_dropout (chunked, bulk) against the per-element scalar rule;
+ * inputs with -0, infinities and NaN; in place too. */
+static void test_dropout_bulk(void) {
+    enum { N = 100000 };
+    float *in = malloc(N * sizeof *in), *out = malloc(N * sizeof *out),
+          *want = malloc(N * sizeof *want);
+    if (in == NULL || out == NULL || want == NULL) {
+        CHECK(0, "out of memory");
+        free(in);
+        free(out);
+        free(want);
+        return;
+    }
+    for (size_t i = 0; i < N; i++) in[i] = ((float)(i % 97) - 48.0f) / 8.0f;
+    in[5] = -0.0f;
+    in[7] = INFINITY;
+    in[9] = -INFINITY;
+    in[11] = NAN;
+    static const size_t sizes[] = {1, 7, 8, 9, 63, 64, 65, 1023, 1024, 1025, 3000, 99999, N};
+    static const double ps[] = {0.1, 0.5, 0.9, 1e-9, 0.999999, 0.3333333333333333};
+    for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++) {
+        const double p = ps[pi];
+        const float scale = mha__dropout_scale(p);
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const size_t n = sizes[si], pre = si % 3;
+            mha_generator *g = fresh(31 + pi, MHA_RNG_AVX2), *h = fresh(31 + pi, MHA_RNG_AVX2);
+            if (g == NULL || h == NULL) break;
+            for (size_t i = 0; i < pre; i++) {
+                mha_generator_random(g);
+                mha_generator_random(h);
+            }
+            for (size_t i = 0; i < n; i++)
+                want[i] = in[i] * (mha__dropout_keep(h, p) ? scale : 0.0f);
+            int in_place = si % 2;
+            float *dst = out;
+            if (in_place) {
+                memcpy(out, in, n * sizeof *out);
+                CHECK(mha_generator_dropout(g, out, out, n, p) == MHA_OK, "dropout in place");
+            } else {
+                CHECK(mha_generator_dropout(g, dst, in, n, p) == MHA_OK, "dropout");
+            }
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += bits(out[i]) != bits(want[i]);
+            CHECK(bad == 0, "[%s] dropout p=%.17g n=%zu%s: %zu elements differ", isa_name, p,
+                  n, in_place ? " in place" : "", bad);
+            CHECK(same_next(g, h, 1300), "[%s] state after dropout p=%g n=%zu", isa_name, p,
+                  n);
+            mha_generator_free(g);
+            mha_generator_free(h);
+        }
+    }
+    free(in);
+    free(out);
+    free(want);
+}
+
 int main(void) {
     test_mt19937();
     test_uniform();
@@ -411,6 +735,20 @@ int main(void) {
     test_normal_scalar();
     test_dropout();
     test_errors();
+    /* The bulk paths under the best ISA, then forced to the scalar code,
+     * then back (so the suites above also ran on the default). */
+    static const char *isas[2] = {"auto", "ref"};
+    for (int k = 0; k < 2; k++) {
+        CHECK(mha_runtime_set_isa(isas[k]) == MHA_OK, "mha_runtime_set_isa(%s)", isas[k]);
+        isa_name = mha_runtime_isa();
+        printf("bulk paths on ISA %s\n", isa_name);
+        test_random_bulk();
+        test_keep_bits();
+        test_threshold();
+        test_dropout_bulk();
+        test_dropout();
+    }
+    mha_runtime_set_isa("auto");
     printf("test_generator: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -108,20 +108,13 @@ typedef struct {
 #endif
 } mask_drawer;
 
-/* One row of keep bits (bit j of word j / 64), 2 draws per element. */
-static void keep_bits_row(mha_generator *g, uint64_t *row, int64_t T, double p) {
-    for (int64_t w = 0; w < (T + 63) / 64; w++) row[w] = 0;
-    for (int64_t j = 0; j < T; j++)
-        if (mha__dropout_keep(g, p)) row[j >> 6] |= (uint64_t)1 << (j & 63);
-}
-
 static void draw_head(mask_drawer *md, int64_t n) {
     const mha__attention_desc *d = md->d;
     const int64_t T = d->T, ld = (T + 63) / 64;
     int64_t b, h;
     draw_order_head(d, n, &b, &h);
     uint64_t *head = md->bits + ((b * d->H + h) * T) * ld;
-    for (int64_t i = 0; i < T; i++) keep_bits_row(d->gen, head + i * ld, T, d->p);
+    for (int64_t i = 0; i < T; i++) mha__generator_keep_bits(d->gen, head + i * ld, (size_t)T, d->p);
 }
 
 static void ensure_drawn(mask_drawer *md, int64_t n) {

@@ -9,6 +9,10 @@
  *      at a time, AVX2 or DEFAULT kernel) and the n < 16 scalar double path;
  *   5. dropout = bernoulli_(1 - p) on 53-bit doubles;
  *   6. nn.Embedding's init.
+ * Bulk paths (same bits, same generator state as the scalar calls): raw
+ * draws n at a time (mha__generator_random_bulk) and dropout keep bits
+ * (mha__generator_keep_bits), with AVX2 kernels in mt_avx2.c chosen per
+ * call by mha__isa(); mha_generator_dropout runs on them.
  *
  * Exactness rules: the library is compiled with -ffp-contract=off, so every
  * a*b+c below is rounded twice unless written as fmaf(a, b, c), which is how
@@ -20,6 +24,7 @@
 #include "generator/generator.h"
 
 #include "common/common.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -98,6 +103,14 @@ static void mt_twist(uint32_t *st) {
     st[MT_N - 1] = st[MT_M - 1] ^ mt_mix(st[MT_N - 1], st[0]);
 }
 
+static inline uint32_t mt_temper(uint32_t y) {
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
 /* The engine itself, for internal callers that already checked g. */
 static inline uint32_t mt_next(mha_generator *g) {
     if (--g->left == 0) {
@@ -105,12 +118,7 @@ static inline uint32_t mt_next(mha_generator *g) {
         g->left = MT_N;
         g->next = 0;
     }
-    uint32_t y = g->state[g->next++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
+    return mt_temper(g->state[g->next++]);
 }
 
 uint32_t mha_generator_random(mha_generator *g) { return g ? mt_next(g) : 0u; }
@@ -122,6 +130,149 @@ uint64_t mha_generator_random64(mha_generator *g) {
     uint64_t hi = mt_next(g);
     uint64_t lo = mt_next(g);
     return (hi << 32) | lo;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bulk draws                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* True when the AVX2 kernels of mt_avx2.c are to be used for this call. */
+static inline bool use_avx2(void) {
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    return mha__isa() == MHA_ISA_AVX2;
+#else
+    return false;
+#endif
+}
+
+static void mt_temper_run(const uint32_t *restrict src, uint32_t *restrict dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = mt_temper(src[i]);
+}
+
+static void mt_twist_temper(uint32_t *st, uint32_t *dst) {
+    mt_twist(st);
+    mt_temper_run(st, dst, MT_N);
+}
+
+/* The three steps of a bulk draw; one table per ISA, same results. */
+typedef struct {
+    void (*twist)(uint32_t *st);
+    void (*temper)(const uint32_t *src, uint32_t *dst, size_t n);
+    void (*twist_temper)(uint32_t *st, uint32_t *dst); /* twist, temper all 624 */
+} mt_kernels;
+
+static const mt_kernels MT_SCALAR = {mt_twist, mt_temper_run, mt_twist_temper};
+#if defined(MHA_HAVE_AVX2_KERNELS)
+static const mt_kernels MT_AVX2 = {mha__mt_twist_avx2, mha__mt_temper_avx2,
+                                   mha__mt_twist_temper_avx2};
+#endif
+
+static const mt_kernels *mt_kernels_now(void) {
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (use_avx2()) return &MT_AVX2;
+#endif
+    return &MT_SCALAR;
+}
+
+/* mt_next's bookkeeping, n at a time. Between twists the words still to be
+ * handed out are state[next .. next + left - 2] (left - 1 of them; none
+ * right after seeding, when left == 1). A twist followed by m <= 624 draws
+ * leaves next = m and left = 624 - (m - 1), exactly as m calls of mt_next
+ * do (the first sets left = 624 and takes word 0, each later one takes a
+ * word and decrements left); m == 624 gives left == 1, so the next draw of
+ * either kind twists. */
+void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
+    if (g == NULL || n == 0) return;
+    const mt_kernels *k = mt_kernels_now();
+    size_t take = (size_t)(g->left - 1);
+    if (take > n) take = n;
+    k->temper(g->state + g->next, out, take);
+    g->next += (int)take;
+    g->left -= (int)take;
+    out += take;
+    n -= take;
+    while (n > 0) {
+        const size_t m = n < MT_N ? n : MT_N;
+        if (m == MT_N) {
+            k->twist_temper(g->state, out);
+        } else {
+            k->twist(g->state);
+            k->temper(g->state, out, m);
+        }
+        g->next = (int)m;
+        g->left = MT_N + 1 - (int)m;
+        out += m;
+        n -= m;
+    }
+}
+
+/* Exactness of the integer keep test (mha__dropout_keep is U53() < q with
+ * q = 1 - p in double):
+ *  1. U53 = v * 2^-53 with v = ((hi & 0x1FFFFF) << 32) | lo, an integer in
+ *     [0, 2^53). v converts to double exactly (53 bits) and the scaling by
+ *     2^-53 is exact (v >= 1 gives >= 2^-53, far above the subnormals), so
+ *     U53 is the real number v / 2^53.
+ *  2. Q = q * 2^53 is exact too: a power-of-two scaling only moves the
+ *     exponent (a subnormal q gains no bits it lacks); it can only overflow
+ *     for q > 2^970, where Q = +inf still compares right. Multiplying both
+ *     sides by 2^53 > 0: v / 2^53 < q  <=>  v < Q, as real numbers.
+ *  3. For an integer v and a real Q: v < Q <=> v < ceil(Q). If v < Q then
+ *     v < Q <= ceil(Q). If v < ceil(Q) then v <= ceil(Q) - 1 < Q (ceil(Q) -
+ *     1 < Q by the definition of ceil). This covers both an integer Q (then
+ *     ceil(Q) = Q: v < Q exactly, v = Q is not kept) and a non-integer one
+ *     (v <= floor(Q) kept). ceil of a double is exact.
+ *  4. Clamping: v only ranges over [0, 2^53), so T = 0 for Q <= 0 (nothing
+ *     kept; also NaN, where U53 < NaN is false) and T = 2^53 for Q >= 2^53
+ *     (everything kept); in between ceil(Q) <= 2^53 converts exactly.
+ * tests/test_generator.c checks this exhaustively around T for many q. */
+uint64_t mha__u53_threshold(double q) {
+    const double Q = q * 0x1p53;
+    if (!(Q > 0.0)) return 0u;
+    if (Q >= 0x1p53) return UINT64_C(1) << 53;
+    return (uint64_t)ceil(Q);
+}
+
+static void keep_bits_raw_scalar(const uint32_t *raw, size_t n, uint64_t threshold,
+                                 uint64_t *bits) {
+    for (size_t w = 0; w * 64 < n; w++) {
+        const size_t m = n - w * 64 < 64 ? n - w * 64 : 64;
+        const uint32_t *r = raw + w * 128;
+        uint64_t b = 0;
+        for (size_t i = 0; i < m; i++) {
+            const uint64_t v = ((uint64_t)(r[2 * i] & 0x1fffffu) << 32) | r[2 * i + 1];
+            b |= (uint64_t)(v < threshold) << i;
+        }
+        bits[w] = b;
+    }
+}
+
+void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
+                             uint64_t *bits) {
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (use_avx2()) {
+        mha__keep_bits_raw_avx2(raw, n, threshold, bits);
+        return;
+    }
+#endif
+    keep_bits_raw_scalar(raw, n, threshold, bits);
+}
+
+/* Elements per chunk of keep_bits: a multiple of 64, so every chunk but the
+ * last fills whole words, and 2 * KEEP_CHUNK = 8 * 624 raw outputs (19.5
+ * KiB on the stack), so a stream that starts on a twist boundary (e.g.
+ * right after seeding) gets whole blocks, the fused twist+temper path. */
+enum { KEEP_CHUNK = 4 * MT_N };
+_Static_assert(KEEP_CHUNK % 64 == 0, "keep_bits chunks must fill whole words");
+
+void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double p) {
+    if (g == NULL || n == 0) return;
+    const uint64_t threshold = mha__u53_threshold(1.0 - p);
+    uint32_t raw[2 * KEEP_CHUNK];
+    for (size_t i = 0; i < n; i += KEEP_CHUNK) {
+        const size_t m = n - i < KEEP_CHUNK ? n - i : KEEP_CHUNK;
+        mha__generator_random_bulk(g, raw, 2 * m);
+        mha__keep_bits_from_raw(raw, m, threshold, bits + i / 64);
+    }
 }
 
 /* uniform_real_distribution<double>(0, 1) on random64(): the low 53 bits,
@@ -374,11 +525,26 @@ mha_status mha_generator_dropout(mha_generator *g, float *out, const float *in, 
         for (size_t i = 0; i < n; i++) out[i] = in[i] * 0.0f;
         return MHA_OK;
     }
-    const double q = 1.0 - p; /* bernoulli_(1 - p), compared in double */
+    /* bernoulli_(1 - p): keep_i = U53() < 1 - p, drawn in chunks as keep
+     * bits (mha__generator_keep_bits, the same draws in the same order),
+     * then out[i] = in[i] * noise_i element by element, so in == out works. */
     const float scale = mha__dropout_scale(p);
-    for (size_t i = 0; i < n; i++) {
-        const float noise = mha__generator_u53(g) < q ? scale : 0.0f;
-        out[i] = in[i] * noise;
+    const bool avx2 = use_avx2();
+    uint64_t kb[KEEP_CHUNK / 64];
+    for (size_t i = 0; i < n; i += KEEP_CHUNK) {
+        const size_t m = n - i < KEEP_CHUNK ? n - i : KEEP_CHUNK;
+        mha__generator_keep_bits(g, kb, m, p);
+#if defined(MHA_HAVE_AVX2_KERNELS)
+        if (avx2) {
+            mha__dropout_apply_avx2(out + i, in + i, kb, m, scale);
+            continue;
+        }
+#endif
+        (void)avx2;
+        for (size_t j = 0; j < m; j++) {
+            const float noise = ((kb[j >> 6] >> (j & 63)) & 1u) ? scale : 0.0f;
+            out[i + j] = in[i + j] * noise;
+        }
     }
     return MHA_OK;
 }

@@ -5,6 +5,8 @@
 #include "mha.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* U53 as PyTorch's bernoulli_/normal double path: two 32-bit draws, the
  * first is the high word; ((hi & 0x1FFFFF) << 32 | lo) * 2^-53. */
@@ -18,5 +20,45 @@ static inline bool mha__dropout_keep(mha_generator *g, double p) {
 
 /* The value kept elements are multiplied by: f32(1.0f / f32(1 - p)). */
 float mha__dropout_scale(double p);
+
+/* ---- Bulk paths (bit-identical to the scalar calls above) --------------
+ * Each picks its kernel per call: AVX2 when mha__isa() == MHA_ISA_AVX2
+ * (mt_avx2.c), else the portable scalar code; both give the same bits and
+ * leave the generator in the same state. mha_runtime_set_isa("ref") forces
+ * the scalar code, e.g. to compare the two in one process. */
+
+/* out[0..n) = n successive mha_generator_random(g) outputs; afterwards g is
+ * exactly where those n calls would leave it (left/next included, so the
+ * first draw after seeding twists as usual). */
+void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n);
+
+/* For i < n: bit (i & 63) of bits[i >> 6] = what the i-th of n successive
+ * mha__dropout_keep(g, p) calls would return (2n outputs consumed, in
+ * order). Bits of the last word at positions >= n are zero; bits must hold
+ * (n + 63) / 64 words. Any p (NaN: nothing kept, as U53 < NaN is false). */
+void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double p);
+
+/* The integer form of U53 < q: the T in [0, 2^53] with
+ * v * 2^-53 < q  <=>  v < T  for every integer v in [0, 2^53). */
+uint64_t mha__u53_threshold(double q);
+
+/* The compare step of mha__generator_keep_bits on raw outputs: element i is
+ * v_i = ((raw[2i] & 0x1FFFFF) << 32) | raw[2i + 1]; bit i = v_i < threshold;
+ * writes (n + 63) / 64 words, zero above n. threshold <= 2^53 (as
+ * mha__u53_threshold returns). */
+void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
+                             uint64_t *bits);
+
+#if defined(MHA_HAVE_AVX2_KERNELS)
+/* mt_avx2.c (compiled with -mavx2 -mfma; call only when mha__isa() says
+ * AVX2). Same contracts as the scalar code in generator.c. */
+void mha__mt_twist_avx2(uint32_t *st);                                    /* st[624] */
+void mha__mt_temper_avx2(const uint32_t *src, uint32_t *dst, size_t n);
+void mha__mt_twist_temper_avx2(uint32_t *st, uint32_t *dst);              /* dst[624] */
+void mha__keep_bits_raw_avx2(const uint32_t *raw, size_t n, uint64_t threshold,
+                             uint64_t *bits);
+void mha__dropout_apply_avx2(float *out, const float *in, const uint64_t *bits, size_t n,
+                             float scale);
+#endif
 
 #endif
