@@ -1,0 +1,190 @@
+/* bench_attn_core.c — the attention core alone (mha__attn_fwd_avx2, or the
+ * reference with MHA_ISA=ref), GPT-2-small heads: H = 12, HD = 64, packed
+ * (B, T, 3*H*HD) qkv input, (B, T, H*HD) output.
+ *
+ * Work split as the library's caller does it: OpenMP over (b, h, q-block)
+ * tasks, schedule(dynamic, 1), costliest (last) q-blocks first.
+ * Prints min and median time over repeated runs and GFLOP/s with
+ * flops = 4 * B * H * (T (T + 1) / 2) * HD (the causal half); checks the
+ * result once against the reference kernel on the first and last head.
+ *
+ * Usage: bench_attn_core [reps]      (default 9)
+ * Environment: MHA_BENCH_QBLOCK = rows per task (default 64),
+ *              MHA_ISA=ref to time the reference kernel. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    int64_t B, T, H, HD;
+} shape;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static mha__attn_args head_args(const shape *s, const float *qkv, float *out, float *lse,
+                                int64_t b, int64_t h) {
+    const int64_t D = s->H * s->HD, ld = 3 * D;
+    mha__attn_args a;
+    memset(&a, 0, sizeof a);
+    a.q = qkv + b * s->T * ld + h * s->HD;
+    a.k = a.q + D;
+    a.v = a.q + 2 * D;
+    a.ldq = a.ldk = a.ldv = ld;
+    a.o = out + b * s->T * D + h * s->HD;
+    a.ldo = D;
+    a.lse = lse ? lse + (b * s->H + h) * s->T : NULL;
+    a.T = s->T;
+    a.HD = s->HD;
+    a.q_begin = 0;
+    a.q_end = s->T;
+    a.scale = (float)(1.0 / sqrt((double)s->HD));
+    a.causal = true;
+    a.drop = MHA_DROP_NONE;
+    a.drop_scale = 1.0f;
+    return a;
+}
+
+typedef void (*kernel_fn)(const mha__attn_args *, float *);
+
+/* One forward over all heads with nthreads threads. */
+static void run_core(const shape *s, const float *qkv, float *out, float *lse, kernel_fn fn,
+                     float **scratch, int nthreads, int64_t qblock) {
+    const int64_t nqb = (s->T + qblock - 1) / qblock, nbh = s->B * s->H;
+    const int64_t ntask = nqb * nbh;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+#else
+    (void)nthreads;
+#endif
+    for (int64_t t = 0; t < ntask; t++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        const int64_t qb = nqb - 1 - t / nbh, bh = t % nbh; /* last q-blocks first */
+        mha__attn_args a = head_args(s, qkv, out, lse, bh / s->H, bh % s->H);
+        a.q_begin = qb * qblock;
+        a.q_end = a.q_begin + qblock < s->T ? a.q_begin + qblock : s->T;
+        fn(&a, scratch[tid]);
+    }
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 9;
+    if (reps < 1) reps = 1;
+    int64_t qblock = 64;
+    const char *e = getenv("MHA_BENCH_QBLOCK");
+    if (e && atoi(e) > 0) qblock = atoi(e);
+
+    kernel_fn fn = mha__attn_fwd_ref;
+    size_t (*scratch_fn)(int64_t, int64_t) = mha__attn_fwd_ref_scratch;
+    const char *isa = "ref";
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (mha__isa() == MHA_ISA_AVX2) {
+        fn = mha__attn_fwd_avx2;
+        scratch_fn = mha__attn_fwd_avx2_scratch;
+        isa = "avx2";
+    }
+#endif
+    static const shape shapes[] = {{1, 1024, 12, 64}, {8, 256, 12, 64}, {8, 1024, 12, 64}};
+    static const int threads[] = {1, 2};
+    printf("attention core, causal, isa %s, q-block %lld rows per task, %d reps\n", isa,
+           (long long)qblock, reps);
+    int failures = 0;
+
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const shape *s = &shapes[si];
+        const int64_t D = s->H * s->HD;
+        const size_t nqkv = (size_t)(s->B * s->T * 3 * D), nout = (size_t)(s->B * s->T * D);
+        float *qkv = malloc(sizeof(float) * nqkv), *out = malloc(sizeof(float) * nout);
+        float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * s->T));
+        uint64_t st = 0x12345678u + si;
+        for (size_t i = 0; i < nqkv; i++) { /* xorshift, values in [-1, 1) */
+            st ^= st << 13;
+            st ^= st >> 7;
+            st ^= st << 17;
+            qkv[i] = (float)((double)(st >> 40) * 0x1p-23 - 1.0);
+        }
+        memset(out, 0, sizeof(float) * nout);
+        const double flops = 4.0 * (double)(s->B * s->H) * ((double)s->T * (double)(s->T + 1) / 2.0) *
+                             (double)s->HD;
+        float *scratch[2];
+        for (int t = 0; t < 2; t++) scratch[t] = malloc(sizeof(float) * scratch_fn(s->T, s->HD));
+
+        /* correctness, once: first and last head against the reference */
+        run_core(s, qkv, out, lse, fn, scratch, 2, qblock);
+        {
+            float *ref = malloc(sizeof(float) * (size_t)(s->T * D));
+            float *rl = malloc(sizeof(float) * (size_t)s->T);
+            float *rs = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(s->T, s->HD));
+            double md = 0.0, mo = 0.0, ml = 0.0;
+            const int64_t heads[2][2] = {{0, 0}, {s->B - 1, s->H - 1}};
+            for (int k = 0; k < 2; k++) {
+                const int64_t b = heads[k][0], h = heads[k][1];
+                mha__attn_args a = head_args(s, qkv, out, NULL, b, h);
+                a.o = ref + h * s->HD; /* (T, D) buffer for one batch entry */
+                a.lse = rl;
+                mha__attn_fwd_ref(&a, rs);
+                for (int64_t t = 0; t < s->T; t++) {
+                    for (int64_t d = 0; d < s->HD; d++) {
+                        const double x = out[(b * s->T + t) * D + h * s->HD + d];
+                        const double y = ref[t * D + h * s->HD + d];
+                        if (!(fabs(x - y) <= md)) md = fabs(x - y);
+                        if (fabs(y) > mo) mo = fabs(y);
+                    }
+                    const double dl = fabs((double)lse[(b * s->H + h) * s->T + t] - (double)rl[t]);
+                    if (!(dl <= ml)) ml = dl;
+                }
+            }
+            const int ok = md <= 1e-5 * fmax(1.0, mo) && ml <= 1e-5;
+            failures += !ok;
+            printf("B=%lld T=%lld H=%lld HD=%lld: check vs reference (2 heads): max|do| %.3g, "
+                   "max|dlse| %.3g %s\n",
+                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, md, ml,
+                   ok ? "OK" : "FAILED");
+            free(ref);
+            free(rl);
+            free(rs);
+        }
+
+        for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+            const int nt = threads[ti];
+            double *times = malloc(sizeof(double) * (size_t)reps);
+            run_core(s, qkv, out, lse, fn, scratch, nt, qblock); /* warm-up */
+            for (int r = 0; r < reps; r++) {
+                const double t0 = now_s();
+                run_core(s, qkv, out, lse, fn, scratch, nt, qblock);
+                times[r] = now_s() - t0;
+            }
+            qsort(times, (size_t)reps, sizeof(double), cmp_double);
+            const double tmin = times[0], tmed = times[reps / 2];
+            printf("B=%lld T=%4lld H=%lld HD=%lld threads %d: min %8.3f ms %6.1f GFLOP/s | "
+                   "median %8.3f ms %6.1f GFLOP/s\n",
+                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
+                   1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed, flops / tmed * 1e-9);
+            fflush(stdout);
+            free(times);
+        }
+        for (int t = 0; t < 2; t++) free(scratch[t]);
+        free(qkv);
+        free(out);
+        free(lse);
+    }
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,514 @@
+/* test_attn_kernels.c — the attention kernels against their oracles.
+ *
+ *  1. Philox4x32-10 known-answer vectors (Random123) and mha__philox_keep.
+ *  2. The AVX2 expf (vexp_avx2.h): max ULP error against double exp over a
+ *     dense sweep of [-87, 0] and a few points up to 88.
+ *  3. mha__attn_fwd_ref against a naive double-precision oracle (in this
+ *     file), and mha__attn_fwd_avx2 against mha__attn_fwd_ref, over many
+ *     shapes (T = 1 .. 1024, HD = 1 .. 128), causal and not, strided rows
+ *     (a packed (T, 3*HD + pad) qkv buffer), sub-ranges [q_begin, q_end),
+ *     lse, BITMASK and PHILOX dropout. Tolerance:
+ *       max|o_fast - o_ref| <= 1e-5 * max(1, max|o_ref|), |lse diff| <= 1e-5.
+ *  4. Determinism: splitting the rows into chunks gives bit-identical
+ *     results; rows outside the range are not written; with causal, keys
+ *     at or after q_end are not read.
+ * Exits non-zero on any failure. */
+#include "kernels/kernels.h"
+#include "kernels/philox.h"
+#if defined(MHA_HAVE_AVX2_KERNELS)
+#include "kernels/vexp_avx2.h"
+#endif
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+static double worst_fast, worst_ref, worst_lse_fast, worst_lse_ref;
+
+#define CHECK(cond, ...)                                                                         \
+    do {                                                                                         \
+        if (cond) {                                                                              \
+            n_pass++;                                                                            \
+        } else {                                                                                 \
+            n_fail++;                                                                            \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
+            printf(__VA_ARGS__);                                                                 \
+            printf("\n");                                                                        \
+        }                                                                                        \
+    } while (0)
+
+/* ---- deterministic random numbers (splitmix64) -------------------------- */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(void) { /* [-1, 1) */
+    return (float)((double)(rng_u64() >> 40) * 0x1p-23 - 1.0);
+}
+
+/* ---- 1. Philox ---------------------------------------------------------- */
+static void test_philox(void) {
+    static const uint32_t ctr[3][4] = {{0, 0, 0, 0},
+                                       {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                                       {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
+    static const uint32_t key[3][2] = {
+        {0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
+    static const uint32_t want[3][4] = {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
+                                        {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
+                                        {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}};
+    for (int t = 0; t < 3; t++) {
+        uint32_t out[4];
+        mha__philox4x32_10(ctr[t], key[t], out);
+        CHECK(memcmp(out, want[t], sizeof out) == 0,
+              "philox KAT %d: got %08x %08x %08x %08x", t, out[0], out[1], out[2], out[3]);
+    }
+    /* keep(): the (col & 3)-th word of the counter {col>>2, row, stream} */
+    int bad = 0;
+    for (int t = 0; t < 1000; t++) {
+        const uint64_t seed = rng_u64(), stream = rng_u64();
+        const uint64_t row = rng_u64() & 0xffffffffu, col = rng_u64() & 0xffffffffu;
+        const uint32_t thr = (uint32_t)rng_u64();
+        const uint32_t c[4] = {(uint32_t)(col >> 2), (uint32_t)row, (uint32_t)stream,
+                               (uint32_t)(stream >> 32)};
+        const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+        uint32_t w[4];
+        mha__philox4x32_10(c, k, w);
+        if (mha__philox_keep(seed, stream, row, col, thr) != (w[col & 3] < thr)) bad++;
+    }
+    CHECK(bad == 0, "philox_keep disagrees with its definition %d times", bad);
+    CHECK(mha__philox_keep_threshold(0.0) == 0xffffffffu, "threshold(0)");
+    CHECK(mha__philox_keep_threshold(0.5) == 0x80000000u, "threshold(0.5) = %08x",
+          mha__philox_keep_threshold(0.5));
+    CHECK(mha__philox_keep_threshold(0.25) == 0xC0000000u, "threshold(0.25)");
+    CHECK(mha__philox_keep_threshold(1.0) == 0u, "threshold(1)");
+    CHECK(mha__philox_keep_threshold(NAN) == 0u, "threshold(nan)");
+    /* keep rate */
+    const uint32_t thr = mha__philox_keep_threshold(0.3);
+    int kept = 0;
+    const int n = 200000;
+    for (int j = 0; j < n; j++) kept += mha__philox_keep(42, 7, (uint64_t)(j / 1000), (uint64_t)(j % 1000), thr);
+    const double rate = (double)kept / n;
+    CHECK(fabs(rate - 0.7) < 0.005, "philox keep rate %.4f, want 0.7", rate);
+}
+
+/* ---- 2. vector expf ----------------------------------------------------- */
+#if defined(MHA_HAVE_AVX2_KERNELS)
+__attribute__((target("avx2,fma"))) static void vexp_array(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, mha__vexpf_avx2(_mm256_loadu_ps(x + i)));
+}
+
+static double ulp_error(float got, double want) {
+    if (want == 0.0) return got == 0.0f ? 0.0 : (double)INFINITY;
+    int e;
+    frexp(want, &e);
+    double ulp = ldexp(1.0, e - 24);
+    if (ulp < 0x1p-149) ulp = 0x1p-149;
+    return fabs((double)got - want) / ulp;
+}
+
+static void test_vexp(void) {
+    enum { CH = 4096 };
+    static float x[CH], y[CH];
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    size_t count = 0;
+    /* every 13th float in [-87, 0] (all float bit patterns from -0 down) */
+    const float lo = -87.0f;
+    uint32_t bend;
+    memcpy(&bend, &lo, 4);
+    uint32_t b = 0x80000000u;
+    while (b <= bend) {
+        size_t n = 0;
+        for (; n < CH && b <= bend; n++, b += 13u) memcpy(&x[n], &b, 4);
+        size_t n8 = (n + 7) & ~(size_t)7;
+        for (size_t i = n; i < n8; i++) x[i] = 0.0f;
+        vexp_array(x, y, n8);
+        for (size_t i = 0; i < n; i++) {
+            const double u = ulp_error(y[i], exp((double)x[i]));
+            if (u > worst) {
+                worst = u;
+                worst_x = x[i];
+            }
+        }
+        count += n;
+    }
+    printf("vexp: max error %.3f ULP at x = %.9g over %zu points in [-87, 0]\n", worst,
+           (double)worst_x, count);
+    CHECK(worst <= 1.1, "vexp max error %.3f ULP > 1.1", worst);
+
+    /* positive values, specials */
+    float px[16] = {0.0f, 1e-8f, 0.5f, 1.0f, 2.5f, 10.0f, 30.0f, 50.0f,
+                    70.0f, 80.0f, 85.0f, 87.0f, 88.0f, 0.3465f, -0.3466f, 88.3f};
+    float py[16];
+    vexp_array(px, py, 16);
+    double wp = 0.0;
+    for (int i = 0; i < 16; i++) {
+        const double u = ulp_error(py[i], exp((double)px[i]));
+        if (u > wp) wp = u;
+    }
+    printf("vexp: max error %.3f ULP on 16 points in [-0.35, 88.3]\n", wp);
+    CHECK(wp <= 1.1, "vexp positive max error %.3f ULP", wp);
+
+    float sx[8] = {-INFINITY, -1000.0f, -88.0f, -87.5f, 0.0f, -0.0f, NAN, INFINITY};
+    float sy[8];
+    vexp_array(sx, sy, 8);
+    CHECK(sy[0] == 0.0f && sy[1] == 0.0f && sy[2] == 0.0f && sy[3] == 0.0f,
+          "vexp: x < -87.3 must give exactly 0 (%g %g %g %g)", (double)sy[0], (double)sy[1],
+          (double)sy[2], (double)sy[3]);
+    CHECK(sy[4] == 1.0f && sy[5] == 1.0f, "vexp(0) = %.9g", (double)sy[4]);
+    CHECK(isnan(sy[6]), "vexp(nan) = %g", (double)sy[6]);
+    CHECK(isfinite(sy[7]) && sy[7] > 1e38f, "vexp(inf) = %g (clamped)", (double)sy[7]);
+}
+#endif
+
+/* ---- 3. attention -------------------------------------------------------- */
+
+/* A head in a packed qkv buffer: row t = [q (HD) | k (HD) | v (HD) | pad]. */
+typedef struct {
+    int64_t T, HD, ld;
+    float *qkv;
+    float *o, *lse; /* o: (T, ldo) */
+    int64_t ldo;
+    uint64_t *keep; /* BITMASK: (T, keep_ld) */
+    int64_t keep_ld;
+} head;
+
+static void head_init(head *h, int64_t T, int64_t HD, int64_t pad, float qmul) {
+    h->T = T;
+    h->HD = HD;
+    h->ld = 3 * HD + pad;
+    h->qkv = malloc(sizeof(float) * (size_t)(T * h->ld));
+    for (int64_t i = 0; i < T * h->ld; i++) h->qkv[i] = rng_uniform();
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t d = 0; d < HD; d++) h->qkv[t * h->ld + d] *= qmul;
+    h->ldo = HD + 3;
+    h->o = malloc(sizeof(float) * (size_t)(T * h->ldo));
+    h->lse = malloc(sizeof(float) * (size_t)T);
+    h->keep_ld = (T + 63) / 64;
+    h->keep = malloc(sizeof(uint64_t) * (size_t)(T * h->keep_ld));
+    for (int64_t i = 0; i < T * h->keep_ld; i++) {
+        /* keep probability ~0.75 */
+        h->keep[i] = rng_u64() | rng_u64();
+    }
+}
+
+static void head_free(head *h) {
+    free(h->qkv);
+    free(h->o);
+    free(h->lse);
+    free(h->keep);
+}
+
+static mha__attn_args head_args(const head *h, float *o, float *lse, bool causal,
+                                mha__drop_mode drop, double p) {
+    mha__attn_args a;
+    memset(&a, 0, sizeof a);
+    a.o = o;
+    a.ldo = h->ldo;
+    a.q = h->qkv;
+    a.ldq = h->ld;
+    a.k = h->qkv + h->HD;
+    a.ldk = h->ld;
+    a.v = h->qkv + 2 * h->HD;
+    a.ldv = h->ld;
+    a.lse = lse;
+    a.T = h->T;
+    a.HD = h->HD;
+    a.q_begin = 0;
+    a.q_end = h->T;
+    a.scale = (float)(1.0 / sqrt((double)(h->HD > 0 ? h->HD : 1)));
+    a.causal = causal;
+    a.drop = drop;
+    a.drop_p = p;
+    a.drop_scale = drop == MHA_DROP_NONE ? 1.0f : 1.0f / (float)(1.0 - p);
+    a.keep = h->keep;
+    a.keep_ld = h->keep_ld;
+    a.philox_seed = 0x1234567890abcdefull;
+    a.philox_stream = 0xfedcba987ull;
+    a.keep_threshold = mha__philox_keep_threshold(p);
+    return a;
+}
+
+/* Naive double-precision oracle, rows [q_begin, q_end). */
+static void attn_naive(const mha__attn_args *a) {
+    const int64_t T = a->T, HD = a->HD;
+    double *s = malloc(sizeof(double) * (size_t)(T > 0 ? T : 1));
+    double *acc = malloc(sizeof(double) * (size_t)(HD > 0 ? HD : 1));
+    for (int64_t i = a->q_begin; i < a->q_end; i++) {
+        const int64_t n = a->causal ? i + 1 : T;
+        double m = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            double dot = 0.0;
+            for (int64_t d = 0; d < HD; d++)
+                dot += (double)a->q[i * a->ldq + d] * (double)a->k[j * a->ldk + d];
+            s[j] = dot * (double)a->scale;
+            if (s[j] > m) m = s[j];
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; j++) sum += exp(s[j] - m);
+        if (a->lse) a->lse[i] = (float)(m + log(sum));
+        for (int64_t d = 0; d < HD; d++) acc[d] = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double w = exp(s[j] - m) / sum;
+            if (a->drop == MHA_DROP_BITMASK)
+                w = ((a->keep[i * a->keep_ld + (j >> 6)] >> (j & 63)) & 1u) ? w * (double)a->drop_scale : 0.0;
+            else if (a->drop == MHA_DROP_PHILOX)
+                w = mha__philox_keep(a->philox_seed, a->philox_stream, (uint64_t)i, (uint64_t)j,
+                                     a->keep_threshold)
+                        ? w * (double)a->drop_scale
+                        : 0.0;
+            for (int64_t d = 0; d < HD; d++) acc[d] += w * (double)a->v[j * a->ldv + d];
+        }
+        for (int64_t d = 0; d < HD; d++) a->o[i * a->ldo + d] = (float)acc[d];
+    }
+    free(s);
+    free(acc);
+}
+
+/* Max |x - y| over rows [r0, r1), and max |y| (y = oracle). */
+static void compare_rows(const float *x, const float *y, int64_t ld, int64_t HD, int64_t r0,
+                         int64_t r1, double *maxdiff, double *maxref) {
+    double md = 0.0, mr = 0.0;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t d = 0; d < HD; d++) {
+            const double a = x[i * ld + d], b = y[i * ld + d];
+            const double e = fabs(a - b);
+            if (!(e <= md)) md = e; /* NaN propagates as failure */
+            if (fabs(b) > mr) mr = fabs(b);
+        }
+    *maxdiff = md;
+    *maxref = mr;
+}
+
+static double lse_diff(const float *x, const float *y, int64_t r0, int64_t r1) {
+    double md = 0.0;
+    for (int64_t i = r0; i < r1; i++) {
+        const double e = (isinf(x[i]) && x[i] == y[i]) ? 0.0 : fabs((double)x[i] - (double)y[i]);
+        if (!(e <= md)) md = e;
+    }
+    return md;
+}
+
+static const char *drop_name(mha__drop_mode d) {
+    return d == MHA_DROP_NONE ? "none" : d == MHA_DROP_BITMASK ? "bitmask" : "philox";
+}
+
+/* Runs ref (and naive, and avx2 when available) on rows [qb, qe) of one
+ * head and compares. */
+static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__drop_mode drop,
+                       double p, int64_t qb, int64_t qe, float qmul, bool use_avx2,
+                       bool use_naive) {
+    head h;
+    head_init(&h, T, HD, pad, qmul);
+    const size_t on = (size_t)(T * h.ldo);
+    float *o_ref = malloc(sizeof(float) * on), *o_nai = malloc(sizeof(float) * on);
+    float *o_fast = malloc(sizeof(float) * on);
+    float *l_ref = malloc(sizeof(float) * (size_t)T), *l_nai = malloc(sizeof(float) * (size_t)T);
+    float *l_fast = malloc(sizeof(float) * (size_t)T);
+    for (size_t i = 0; i < on; i++) o_ref[i] = o_nai[i] = o_fast[i] = 12345.0f;
+    for (int64_t i = 0; i < T; i++) l_ref[i] = l_nai[i] = l_fast[i] = 12345.0f;
+
+    mha__attn_args a = head_args(&h, o_ref, l_ref, causal, drop, p);
+    a.q_begin = qb;
+    a.q_end = qe;
+    float *scr = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(T, HD));
+    mha__attn_fwd_ref(&a, scr);
+    free(scr);
+
+    char what[160];
+    snprintf(what, sizeof what, "T=%lld HD=%lld ld=%lld %s drop=%s rows [%lld,%lld)", (long long)T,
+             (long long)HD, (long long)h.ld, causal ? "causal" : "full", drop_name(drop),
+             (long long)qb, (long long)qe);
+    double md, mr;
+    if (use_naive) {
+        a.o = o_nai;
+        a.lse = l_nai;
+        attn_naive(&a);
+        compare_rows(o_ref, o_nai, h.ldo, HD, qb, qe, &md, &mr);
+        const double ld = lse_diff(l_ref, l_nai, qb, qe);
+        if (md > worst_ref) worst_ref = md;
+        if (ld > worst_lse_ref) worst_lse_ref = ld;
+        CHECK(md <= 1e-5 * fmax(1.0, mr) && ld <= 1e-5, "ref vs naive: %s: max|do| %.3g lse %.3g",
+              what, md, ld);
+    }
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (use_avx2) {
+        a.o = o_fast;
+        a.lse = l_fast;
+        /* exact scratch size, deliberately misaligned by one float */
+        const size_t sn = mha__attn_fwd_avx2_scratch(T, HD);
+        float *sb = malloc(sizeof(float) * (sn + 1));
+        mha__attn_fwd_avx2(&a, sb + 1);
+        free(sb);
+        compare_rows(o_fast, o_ref, h.ldo, HD, qb, qe, &md, &mr);
+        const double ld = lse_diff(l_fast, l_ref, qb, qe);
+        if (md / fmax(1.0, mr) > worst_fast) worst_fast = md / fmax(1.0, mr);
+        if (ld > worst_lse_fast) worst_lse_fast = ld;
+        CHECK(md <= 1e-5 * fmax(1.0, mr) && ld <= 1e-5, "avx2 vs ref: %s: max|do| %.3g (max|o| %.3g) lse %.3g",
+              what, md, mr, ld);
+        /* rows outside the range untouched */
+        int touched = 0;
+        for (int64_t i = 0; i < T; i++) {
+            if (i >= qb && i < qe) continue;
+            for (int64_t d = 0; d < h.ldo; d++) touched += o_fast[i * h.ldo + d] != 12345.0f;
+            touched += l_fast[i] != 12345.0f;
+        }
+        for (int64_t i = qb; i < qe; i++)
+            for (int64_t d = HD; d < h.ldo; d++) touched += o_fast[i * h.ldo + d] != 12345.0f;
+        CHECK(touched == 0, "avx2: %s: %d values outside the range written", what, touched);
+    }
+#else
+    (void)use_avx2;
+#endif
+    free(o_ref);
+    free(o_nai);
+    free(o_fast);
+    free(l_ref);
+    free(l_nai);
+    free(l_fast);
+    head_free(&h);
+}
+
+#if defined(MHA_HAVE_AVX2_KERNELS)
+/* The same rows computed in one call and in chunks of `chunk` rows (and
+ * random chunks) must be bit-identical; with causal, K/V rows >= q_end of a
+ * chunk must not be read (they are poisoned with NaN in a copy). */
+static void check_determinism(int64_t T, int64_t HD, bool causal, mha__drop_mode drop) {
+    head h;
+    head_init(&h, T, HD, 5, 2.0f);
+    const size_t on = (size_t)(T * h.ldo);
+    float *o1 = malloc(sizeof(float) * on), *o2 = malloc(sizeof(float) * on);
+    float *l1 = malloc(sizeof(float) * (size_t)T), *l2 = malloc(sizeof(float) * (size_t)T);
+    float *scr = malloc(sizeof(float) * mha__attn_fwd_avx2_scratch(T, HD));
+    float *poison = malloc(sizeof(float) * (size_t)(T * h.ld));
+    mha__attn_args a = head_args(&h, o1, l1, causal, drop, 0.2);
+    mha__attn_fwd_avx2(&a, scr);
+
+    static const int64_t chunks[] = {1, 3, 16, 17, 33, 48, 100, 0};
+    for (int c = 0; chunks[c] >= 0; c++) {
+        memset(o2, 0, sizeof(float) * on);
+        memset(l2, 0, sizeof(float) * (size_t)T);
+        int64_t r = 0;
+        while (r < T) {
+            int64_t n = chunks[c] > 0 ? chunks[c] : 1 + (int64_t)(rng_u64() % 70);
+            if (n > T - r) n = T - r;
+            mha__attn_args b = a;
+            b.o = o2;
+            b.lse = l2;
+            b.q_begin = r;
+            b.q_end = r + n;
+            if (causal) { /* keys >= q_end must not be read */
+                memcpy(poison, h.qkv, sizeof(float) * (size_t)(T * h.ld));
+                for (int64_t t = r + n; t < T; t++)
+                    for (int64_t d = h.HD; d < 3 * h.HD; d++) poison[t * h.ld + d] = NAN;
+                b.k = poison + h.HD;
+                b.v = poison + 2 * h.HD;
+            }
+            mha__attn_fwd_avx2(&b, scr);
+            r += n;
+        }
+        int diff = 0;
+        for (int64_t i = 0; i < T; i++) {
+            diff += memcmp(o1 + i * h.ldo, o2 + i * h.ldo, sizeof(float) * (size_t)HD) != 0;
+            diff += memcmp(l1 + i, l2 + i, sizeof(float)) != 0;
+        }
+        CHECK(diff == 0, "determinism T=%lld HD=%lld %s drop=%s chunk %lld: %d rows differ",
+              (long long)T, (long long)HD, causal ? "causal" : "full", drop_name(drop),
+              (long long)chunks[c], diff);
+        if (chunks[c] == 0) break;
+    }
+    free(o1);
+    free(o2);
+    free(l1);
+    free(l2);
+    free(scr);
+    free(poison);
+    head_free(&h);
+}
+#endif
+
+int main(void) {
+    bool avx2 = false;
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    if (!avx2) printf("AVX2/FMA kernels not available: testing the reference only\n");
+
+    test_philox();
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (avx2) test_vexp();
+#endif
+
+    static const int64_t Ts[] = {1, 2, 5, 7, 63, 64, 65, 127, 200, 1024};
+    static const int64_t HDs[] = {1, 2, 3, 7, 8, 15, 16, 17, 64, 65, 128};
+    const int nT = (int)(sizeof Ts / sizeof Ts[0]), nH = (int)(sizeof HDs / sizeof HDs[0]);
+
+    /* every shape, full range, causal and not, with lse */
+    for (int ti = 0; ti < nT; ti++)
+        for (int hi = 0; hi < nH; hi++)
+            for (int c = 0; c < 2; c++) {
+                const int64_t T = Ts[ti], HD = HDs[hi];
+                const bool big = T * T * HD > 200 * 200 * 128;
+                const float qmul = (ti + hi) % 3 == 0 ? 4.0f : 1.0f; /* sharper softmax */
+                check_case(T, HD, (ti + hi) % 4, c == 1, MHA_DROP_NONE, 0.0, 0, T, qmul, avx2,
+                           !big || c == 1);
+            }
+    /* sub-ranges */
+    static const int64_t ranges[][3] = {{200, 0, 1},    {200, 199, 200}, {200, 17, 101},
+                                        {200, 64, 128}, {65, 1, 64},     {1024, 500, 531},
+                                        {1024, 1000, 1024}, {127, 30, 31}, {7, 2, 5}};
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++)
+        for (int c = 0; c < 2; c++)
+            for (int hi = 0; hi < 3; hi++) {
+                static const int64_t hds[3] = {2, 64, 17};
+                check_case(ranges[r][0], hds[hi], 1, c == 1, MHA_DROP_NONE, 0.0, ranges[r][1],
+                           ranges[r][2], 2.0f, avx2, true);
+            }
+    /* 2^k-ish row strides (ld = 1024 or 3072 floats): the kernel copies
+     * such K/V tiles to contiguous scratch first */
+    for (int c = 0; c < 2; c++) {
+        check_case(300, 64, 1024 - 3 * 64, c == 1, MHA_DROP_NONE, 0.0, 0, 300, 2.0f, avx2, true);
+        check_case(130, 17, 1024 - 3 * 17, c == 1, MHA_DROP_NONE, 0.0, 0, 130, 1.0f, avx2, true);
+        check_case(200, 128, 3072 - 3 * 128, c == 1, MHA_DROP_PHILOX, 0.1, 50, 190, 1.0f, avx2, true);
+    }
+    /* dropout */
+    static const int64_t dT[] = {1, 5, 63, 64, 65, 200, 1024};
+    static const int64_t dHD[] = {2, 7, 16, 64, 65};
+    for (int ti = 0; ti < 7; ti++)
+        for (int hi = 0; hi < 5; hi++)
+            for (int c = 0; c < 2; c++)
+                for (int m = 0; m < 2; m++) {
+                    const int64_t T = dT[ti], HD = dHD[hi];
+                    if (T == 1024 && HD != 64) continue;
+                    const mha__drop_mode dm = m == 0 ? MHA_DROP_BITMASK : MHA_DROP_PHILOX;
+                    const double p = (ti + hi) % 2 ? 0.1 : 0.5;
+                    int64_t qb = 0, qe = T;
+                    if ((ti + hi + c) % 3 == 2 && T > 4) {
+                        qb = T / 3;
+                        qe = T - T / 4;
+                    }
+                    check_case(T, HD, 3, c == 1, dm, p, qb, qe, 1.0f, avx2, T <= 200);
+                }
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (avx2) {
+        check_determinism(1, 3, true, MHA_DROP_NONE);
+        check_determinism(70, 2, true, MHA_DROP_NONE);
+        check_determinism(200, 64, true, MHA_DROP_NONE);
+        check_determinism(200, 17, false, MHA_DROP_NONE);
+        check_determinism(257, 65, true, MHA_DROP_PHILOX);
+        check_determinism(130, 16, true, MHA_DROP_BITMASK);
+        check_determinism(300, 64, false, MHA_DROP_PHILOX);
+    }
+#endif
+    printf("max |o_avx2 - o_ref| / max(1, max|o_ref|) = %.3g, max |lse diff| = %.3g\n",
+           worst_fast, worst_lse_fast);
+    printf("max |o_ref - o_naive| = %.3g, max |lse diff| = %.3g\n", worst_ref, worst_lse_ref);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail == 0 ? 0 : 1;
+}
