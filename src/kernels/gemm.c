@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(MHA_HAVE_OPENBLAS)
 #include <dlfcn.h>
@@ -146,17 +147,33 @@ static void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                float alpha, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float beta, float *C, int64_t ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) { /* C = beta * C, as BLAS defines it */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-        return;
+/* Rows [r0, r1) of C = op(A) op(B) + bias (or, without bias, the plain
+ * alpha/beta form). The bias is written into C first and accumulated into
+ * with beta = 1: one pass over C fewer than adding it afterwards. */
+static void sgemm_rows(bool trans_a, bool trans_b, int64_t r0, int64_t r1, int64_t N, int64_t K,
+                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float beta, float *C, int64_t ldc, const float *bias) {
+    const float *a = trans_a ? A + r0 : A + r0 * lda;
+    float *c = C + r0 * ldc;
+    if (bias) {
+        for (int64_t i = 0; i < r1 - r0; i++) memcpy(c + i * ldc, bias, (size_t)N * sizeof(float));
+        beta = 1.0f;
     }
-    if (mha__forced_ref()) {
-        mha__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    sgemm_serial(trans_a, trans_b, r1 - r0, N, K, alpha, a, lda, B, ldb, beta, c, ldc);
+}
+
+static void sgemm_dispatch(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                           float *C, int64_t ldc, const float *bias) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || mha__forced_ref()) {
+        if (K > 0) mha__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, bias ? 0.0f : beta, C, ldc);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float *c = &C[i * ldc + j];
+                if (K <= 0) *c = beta == 0.0f ? 0.0f : beta * *c; /* as BLAS defines it */
+                if (bias) *c += bias[j];
+            }
         return;
     }
     pthread_once(&blas_once, load_blas);
@@ -167,7 +184,7 @@ void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 #endif
     if (nt > M / 16) nt = (int)(M / 16 > 0 ? M / 16 : 1);
     if (nt <= 1) {
-        sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        sgemm_rows(trans_a, trans_b, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
     /* Rows of C in nt blocks of a multiple of 16 rows. */
@@ -177,8 +194,18 @@ void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 #endif
     for (int t = 0; t < nt; t++) {
         const int64_t r0 = t * step, r1 = r0 + step < M ? r0 + step : M;
-        if (r0 >= r1) continue;
-        const float *a = trans_a ? A + r0 : A + r0 * lda;
-        sgemm_serial(trans_a, trans_b, r1 - r0, N, K, alpha, a, lda, B, ldb, beta, C + r0 * ldc, ldc);
+        if (r0 < r1) sgemm_rows(trans_a, trans_b, r0, r1, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     }
+}
+
+void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                float alpha, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc) {
+    sgemm_dispatch(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
+                     int64_t ldc) {
+    sgemm_dispatch(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
 }

@@ -34,6 +34,11 @@ void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                 int64_t ldb, float beta, float *C, int64_t ldc);
 /* "openblas (Haswell)", "builtin" or "ref": what mha__sgemm runs on. */
 const char *mha__blas_name(void);
+/* C (M, N) = op(A) op(B) + bias, bias (N) broadcast over the rows (NULL:
+ * none). The bias is written first and accumulated into, saving a pass. */
+void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                     const float *A, int64_t lda, const float *B, int64_t ldb,
+                     const float *bias, float *C, int64_t ldc);
 /* The portable reference (plain loops, single thread). */
 void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N,
                     int64_t K, float alpha, const float *A, int64_t lda,

@@ -366,11 +366,8 @@ void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_
                        0.0f, qkv + r * Dout, m->P);
         return;
     }
-    /* One GEMM over the stacked weights: (rows, D_in) x (P, D_in)^T. */
-    mha__sgemm(false, true, rows, m->P, Din, 1.0f, x, Din, m->w_qkv, Din, 0.0f, qkv, m->P);
-    if (m->b_qkv)
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < m->P; j++) qkv[i * m->P + j] += m->b_qkv[j];
+    /* One GEMM over the stacked weights: (rows, D_in) x (P, D_in)^T + b. */
+    mha__sgemm_bias(false, true, rows, m->P, Din, x, Din, m->w_qkv, Din, m->b_qkv, qkv, m->P);
 }
 
 /* Workspace layout: [qkv (B*T, P)] [attention]. MultiHeadAttention's
@@ -486,9 +483,7 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
 
     if (mha) {
         const int64_t rows = B * T, Dout = m->cfg.d_out;
-        mha__sgemm(false, true, rows, Dout, Dout, 1.0f, qkv, m->P, m->w_out, Dout, 0.0f, y, Dout);
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < Dout; j++) y[i * Dout + j] += m->b_out[j];
+        mha__sgemm_bias(false, true, rows, Dout, Dout, qkv, m->P, m->w_out, Dout, m->b_out, y, Dout);
     }
     return MHA_OK;
 }
