@@ -2,10 +2,9 @@
  * runs, median and minimum), reports useful GFLOP/s, the kernels and BLAS in
  * use, peak memory, and checks the result once against the reference
  * kernels. */
+#include "cli.h"
 #include "mha.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,30 +13,6 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-
-int mha_cli_bench(int argc, char **argv);
-
-static _Noreturn void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void bench_die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("mha: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static int64_t opt_int(const char *opt, const char *s, int64_t lo, int64_t hi) {
-    if (!s) bench_die("%s needs a value", opt);
-    errno = 0;
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0') bench_die("%s: '%s' is not an integer", opt, s);
-    if (errno == ERANGE || v < lo || v > hi)
-        bench_die("%s: %s is out of range [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
-    return v;
-}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -86,29 +61,25 @@ int mha_cli_bench(int argc, char **argv) {
             usage();
             return 0;
         } else if (strcmp(a, "--batch") == 0) {
-            B = opt_int(a, v, 1, big), i++;
+            B = cli_parse_int(a, v, 1, big), i++;
         } else if (strcmp(a, "--tokens") == 0) {
-            T = opt_int(a, v, 1, big), i++;
+            T = cli_parse_int(a, v, 1, big), i++;
         } else if (strcmp(a, "--d-in") == 0) {
-            c.d_in = opt_int(a, v, 1, big), i++;
+            c.d_in = cli_parse_int(a, v, 1, big), i++;
         } else if (strcmp(a, "--d-out") == 0) {
-            c.d_out = opt_int(a, v, 1, big), i++;
+            c.d_out = cli_parse_int(a, v, 1, big), i++;
         } else if (strcmp(a, "--num-heads") == 0) {
-            c.num_heads = opt_int(a, v, 1, big), i++;
+            c.num_heads = cli_parse_int(a, v, 1, big), i++;
         } else if (strcmp(a, "--context-length") == 0) {
-            ctx = opt_int(a, v, 1, big), i++;
+            ctx = cli_parse_int(a, v, 1, big), i++;
         } else if (strcmp(a, "--threads") == 0) {
-            threads = (int)opt_int(a, v, 1, 1024), i++;
+            threads = (int)cli_parse_int(a, v, 1, 1024), i++;
         } else if (strcmp(a, "--repeat") == 0) {
-            repeat = opt_int(a, v, 1, 100000), i++;
+            repeat = cli_parse_int(a, v, 1, 100000), i++;
         } else if (strcmp(a, "--warmup") == 0) {
-            warmup = opt_int(a, v, 0, 100000), i++;
+            warmup = cli_parse_int(a, v, 0, 100000), i++;
         } else if (strcmp(a, "--dropout") == 0) {
-            if (!v) bench_die("--dropout needs a value");
-            char *end = NULL;
-            c.dropout = strtod(v, &end);
-            if (end == v || *end || !(c.dropout >= 0.0 && c.dropout < 1.0))
-                bench_die("--dropout: dropout must be in [0, 1), got %s", v);
+            c.dropout = cli_parse_prob(a, v);
             have_dropout = true, i++;
         } else if (strcmp(a, "--train") == 0) {
             train = true;
@@ -122,24 +93,24 @@ int mha_cli_bench(int argc, char **argv) {
             do_check = false;
         } else if (a[0] != '-' && i == 2) {
             mha_kind kind;
-            if (mha_kind_from_name(a, &kind) != MHA_OK) bench_die("bench: %s", mha_last_error());
+            if (mha_kind_from_name(a, &kind) != MHA_OK) cli_die("bench: %s", mha_last_error());
             c.kind = kind;
         } else {
-            bench_die("bench: unknown option '%s' (see mha bench --help)", a);
+            cli_die("bench: unknown option '%s' (see mha bench --help)", a);
         }
     }
     if (train && !have_dropout) c.dropout = 0.1;
     c.context_length = ctx ? ctx : T;
     if (c.kind == MHA_CAUSAL_ATTENTION || c.kind < MHA_CAUSAL_ATTENTION) c.num_heads = 1;
     if (c.kind < MHA_CAUSAL_ATTENTION && B != 1) B = 1; /* v1/v2 take one sequence */
-    if (threads && mha_runtime_set_threads(threads) != MHA_OK) bench_die("--threads: %s", mha_last_error());
+    if (threads && mha_runtime_set_threads(threads) != MHA_OK) cli_die("--threads: %s", mha_last_error());
 
     mha_module *m = NULL;
-    if (mha_module_create_seeded(&c, 123, &m) != MHA_OK) bench_die("bench: %s", mha_last_error());
+    if (mha_module_create_seeded(&c, 123, &m) != MHA_OK) cli_die("bench: %s", mha_last_error());
     const int64_t W = mha_config_output_width(&c);
     const size_t nx = (size_t)(B * T * c.d_in), ny = (size_t)(B * T * W);
     float *x = malloc(nx * sizeof(float)), *y = malloc(ny * sizeof(float));
-    if (!x || !y) bench_die("out of memory for the input and output");
+    if (!x || !y) cli_die("out of memory for the input and output");
     mha_generator *g = NULL;
     mha_generator_create(7, &g);
     mha_generator_uniform(g, x, nx, -1.0, 1.0);
@@ -160,13 +131,13 @@ int mha_cli_bench(int argc, char **argv) {
                           .philox_seed = 1234};
     const bool tty = isatty(STDERR_FILENO);
     double *ms = malloc((size_t)repeat * sizeof(double));
-    if (!ms) bench_die("out of memory");
+    if (!ms) cli_die("out of memory");
     for (int64_t r = -warmup; r < repeat; r++) {
         mha_generator_manual_seed(g, 123);
         o.generator = g;
         o.philox_offset = (uint64_t)(r + warmup);
         double t0 = now_ms();
-        if (mha_module_forward_ex(m, y, x, B, T, &o, NULL, 0) != MHA_OK) bench_die("forward: %s", mha_last_error());
+        if (mha_module_forward_ex(m, y, x, B, T, &o, NULL, 0) != MHA_OK) cli_die("forward: %s", mha_last_error());
         double t = now_ms() - t0;
         if (r >= 0) ms[r] = t;
         if (tty && (t > 200.0 || r == repeat - 1))
@@ -194,10 +165,10 @@ int mha_cli_bench(int argc, char **argv) {
     if (do_check && !(train && !philox && c.dropout > 0.0 && B > 1 && heads_outer_draws)) {
         if (tty) fprintf(stderr, "checking against the reference kernels...\n");
         float *yr = malloc((size_t)(T * W) * sizeof(float));
-        if (!yr) bench_die("out of memory");
+        if (!yr) cli_die("out of memory");
         mha_runtime_set_isa("ref");
         mha_generator_manual_seed(g, 123);
-        if (mha_module_forward_ex(m, yr, x, 1, T, &o, NULL, 0) != MHA_OK) bench_die("reference: %s", mha_last_error());
+        if (mha_module_forward_ex(m, yr, x, 1, T, &o, NULL, 0) != MHA_OK) cli_die("reference: %s", mha_last_error());
         mha_runtime_set_isa("auto");
         max_err = 0.0;
         for (int64_t i = 0; i < T * W; i++) {

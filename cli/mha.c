@@ -1,84 +1,15 @@
 /* mha — the command-line tool: the book's demo, a traced forward pass,
  * PyTorch-identical init, running saved modules, and benchmarks.
  * The only code in the project that prints or exits. */
+#include "cli.h"
 #include "mha.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int mha_cli_bench(int argc, char **argv); /* bench.c */
-
-/* ---- errors -------------------------------------------------------------- */
-
-/* One line on stderr, exit status 1. */
-static _Noreturn void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("mha: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-/* Dies with the library's detail for a failed status. */
-static void check(mha_status st, const char *what) {
-    if (st == MHA_OK) return;
-    const char *detail = mha_last_error();
-    /* The library's detail may already name the file. */
-    if (detail && strncmp(detail, what, strlen(what)) == 0) die("%s", detail);
-    if (detail && *detail)
-        die("%s: %s", what, detail);
-    die("%s: %s", what, mha_status_string(st));
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-/* ---- option parsing ------------------------------------------------------- */
-
-static int64_t parse_int(const char *opt, const char *s, int64_t lo, int64_t hi) {
-    if (!s) die("%s needs a value", opt);
-    errno = 0;
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0') die("%s: '%s' is not an integer", opt, s);
-    if (errno == ERANGE || v < lo || v > hi)
-        die("%s: %s is out of range [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
-    return v;
-}
-
-static uint64_t parse_seed(const char *opt, const char *s) {
-    if (!s) die("%s needs a value", opt);
-    errno = 0;
-    char *end = NULL;
-    /* Like torch.manual_seed: [-2^63, 2^64), negatives taken mod 2^64. */
-    if (s[0] == '-') {
-        long long v = strtoll(s, &end, 10);
-        if (end == s || *end != '\0' || errno == ERANGE) die("%s: '%s' is not a valid seed", opt, s);
-        return (uint64_t)v;
-    }
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE) die("%s: '%s' is not a valid seed", opt, s);
-    return v;
-}
-
-static double parse_prob(const char *opt, const char *s) {
-    if (!s) die("%s needs a value", opt);
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0') die("%s: '%s' is not a number", opt, s);
-    if (!(v >= 0.0 && v < 1.0)) die("%s: dropout must be in [0, 1), got %s", opt, s);
-    return v;
-}
 
 static bool is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
 
@@ -152,12 +83,12 @@ static mha_module *seeded(mha_kind kind, int64_t d_in, int64_t d_out, int64_t ct
     c.dropout = dropout;
     c.num_heads = heads;
     mha_module *m = NULL;
-    check(mha_module_create_seeded(&c, seed, &m), mha_kind_name(kind));
+    cli_check(mha_module_create_seeded(&c, seed, &m), mha_kind_name(kind));
     return m;
 }
 
 static void forward(mha_module *m, float *y, const float *x, int64_t B, int64_t T) {
-    check(mha_module_forward(m, y, x, B, T, NULL, NULL, 0), "forward");
+    cli_check(mha_module_forward(m, y, x, B, T, NULL, NULL, 0), "forward");
 }
 
 static void heading(const char *s) { printf("\n== %s\n", s); }
@@ -180,7 +111,7 @@ static int cmd_demo(int argc, char **argv) {
                  "seeded as in the book, printed to 4 decimals as PyTorch prints them.");
             return 0;
         }
-        die("demo: unexpected argument '%s' (see mha demo --help)", argv[i]);
+        cli_die("demo: unexpected argument '%s' (see mha demo --help)", argv[i]);
     }
     const float *x = &book_inputs[0][0];
     float batch[2 * 6 * 3];
@@ -195,7 +126,7 @@ static int cmd_demo(int argc, char **argv) {
 
     heading("3.3 simplified self-attention (no trainable weights)");
     float w[36], ctx[18], tmp[6];
-    check(mha_simple_attention_forward(ctx, w, x, 6, 3), "simplified attention");
+    cli_check(mha_simple_attention_forward(ctx, w, x, 6, 3), "simplified attention");
     for (int j = 0; j < 6; j++) {
         float dot = 0.0f;
         for (int d = 0; d < 3; d++) dot += book_inputs[1][d] * book_inputs[j][d];
@@ -210,7 +141,7 @@ static int cmd_demo(int argc, char **argv) {
     heading("3.4.1 SelfAttention_v1(d_in=3, d_out=2), torch.manual_seed(123)");
     mha_module *m = seeded(MHA_SELF_ATTENTION_V1, 3, 2, 0, 0.0, 1, 123);
     mha_param wq;
-    check(mha_module_find_param(m, "W_query", &wq), "W_query");
+    cli_check(mha_module_find_param(m, "W_query", &wq), "W_query");
     for (int j = 0; j < 2; j++) {
         float dot = 0.0f;
         for (int d = 0; d < 3; d++) dot += book_inputs[1][d] * wq.data[d * 2 + j];
@@ -235,13 +166,13 @@ static int cmd_demo(int argc, char **argv) {
         static const char *const names[2] = {"W_query.weight", "W_key.weight"};
         for (int k = 0; k < 2; k++) {
             mha_param src, dst;
-            check(mha_module_find_param(m, names[k], &src), names[k]);
-            check(mha_module_find_param(one, names[k], &dst), names[k]);
+            cli_check(mha_module_find_param(m, names[k], &src), names[k]);
+            cli_check(mha_module_find_param(one, names[k], &dst), names[k]);
             memcpy(dst.data, src.data, src.numel * sizeof(float));
         }
         float masked[36];
         float y[12];
-        check(mha_module_forward_traced(one, y, x, 1, 6, NULL, grab_weights, masked), "masked weights");
+        cli_check(mha_module_forward_traced(one, y, x, 1, 6, NULL, grab_weights, masked), "masked weights");
         print_tensor(stdout, "masked_simple_norm = ", masked, 2, s66);
         mha_module_free(one);
     }
@@ -250,10 +181,10 @@ static int cmd_demo(int argc, char **argv) {
     heading("3.5.2 dropout: torch.manual_seed(123); nn.Dropout(0.5)(torch.ones(6, 6))");
     {
         mha_generator *g = NULL;
-        check(mha_generator_create(123, &g), "generator");
+        cli_check(mha_generator_create(123, &g), "generator");
         float ones[36];
         for (int i = 0; i < 36; i++) ones[i] = 1.0f;
-        check(mha_generator_dropout(g, ones, ones, 36, 0.5), "dropout");
+        cli_check(mha_generator_dropout(g, ones, ones, 36, 0.5), "dropout");
         print_tensor(stdout, "", ones, 2, s66);
         mha_generator_free(g);
     }
@@ -311,17 +242,17 @@ static bool module_opt(module_opts *o, int argc, char **argv, int *i) {
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     const int64_t big = (int64_t)1 << 40;
     if (strcmp(a, "--d-in") == 0) {
-        o->cfg.d_in = parse_int(a, v, 1, big), o->have_d_in = true;
+        o->cfg.d_in = cli_parse_int(a, v, 1, big), o->have_d_in = true;
     } else if (strcmp(a, "--d-out") == 0) {
-        o->cfg.d_out = parse_int(a, v, 1, big), o->have_d_out = true;
+        o->cfg.d_out = cli_parse_int(a, v, 1, big), o->have_d_out = true;
     } else if (strcmp(a, "--context-length") == 0) {
-        o->cfg.context_length = parse_int(a, v, 1, big), o->have_ctx = true;
+        o->cfg.context_length = cli_parse_int(a, v, 1, big), o->have_ctx = true;
     } else if (strcmp(a, "--num-heads") == 0) {
-        o->cfg.num_heads = parse_int(a, v, 1, big), o->have_heads = true;
+        o->cfg.num_heads = cli_parse_int(a, v, 1, big), o->have_heads = true;
     } else if (strcmp(a, "--dropout") == 0) {
-        o->cfg.dropout = parse_prob(a, v);
+        o->cfg.dropout = cli_parse_prob(a, v);
     } else if (strcmp(a, "--seed") == 0) {
-        o->seed = parse_seed(a, v), o->have_seed = true;
+        o->seed = cli_parse_seed(a, v), o->have_seed = true;
     } else if (strcmp(a, "--qkv-bias") == 0) {
         o->cfg.qkv_bias = 1;
         return true;
@@ -398,31 +329,31 @@ static int cmd_trace(int argc, char **argv) {
             continue;
         }
         if (strcmp(a, "--batch") == 0) {
-            B = parse_int(a, v, 1, (int64_t)1 << 20), custom = true, i++;
+            B = cli_parse_int(a, v, 1, (int64_t)1 << 20), custom = true, i++;
         } else if (strcmp(a, "--tokens") == 0) {
-            T = parse_int(a, v, 1, (int64_t)1 << 20), custom = true, i++;
+            T = cli_parse_int(a, v, 1, (int64_t)1 << 20), custom = true, i++;
         } else if (strcmp(a, "--max-values") == 0) {
-            max_values = parse_int(a, v, 0, (int64_t)1 << 40), i++;
+            max_values = cli_parse_int(a, v, 0, (int64_t)1 << 40), i++;
         } else if (strcmp(a, "--train") == 0) {
             train = true;
         } else {
-            die("trace: unknown option '%s' (see mha trace --help)", a);
+            cli_die("trace: unknown option '%s' (see mha trace --help)", a);
         }
     }
     if (!o.have_ctx) o.cfg.context_length = T;
     if (custom && o.cfg.d_in == 3 && T <= 6 && B <= 2 && !o.have_d_in) custom = T != 6 || B != 2;
     mha_module *m = NULL;
     mha_generator *g = NULL;
-    check(mha_module_create(&o.cfg, &m), "MultiHeadAttention");
+    cli_check(mha_module_create(&o.cfg, &m), "MultiHeadAttention");
     if (T > o.cfg.context_length)
-        die("%lld tokens exceed context_length %lld", (long long)T, (long long)o.cfg.context_length);
-    check(mha_generator_create(o.seed, &g), "generator");
-    check(mha_module_init(m, g), "init");
+        cli_die("%lld tokens exceed context_length %lld", (long long)T, (long long)o.cfg.context_length);
+    cli_check(mha_generator_create(o.seed, &g), "generator");
+    cli_check(mha_module_init(m, g), "init");
     if ((uint64_t)B * (uint64_t)T * (uint64_t)o.cfg.d_in > ((uint64_t)1 << 28))
-        die("trace: input of %lld x %lld x %lld is too large to trace", (long long)B, (long long)T,
+        cli_die("trace: input of %lld x %lld x %lld is too large to trace", (long long)B, (long long)T,
             (long long)o.cfg.d_in);
     size_t nx = (size_t)(B * T * o.cfg.d_in);
-    float *x = xmalloc(nx * sizeof(float));
+    float *x = cli_malloc(nx * sizeof(float));
     const bool book = !custom && o.cfg.d_in == 3 && T == 6 && B == 2;
     if (book) {
         for (int64_t b = 0; b < B; b++) memcpy(x + b * 18, book_inputs, sizeof book_inputs);
@@ -437,9 +368,9 @@ static int cmd_trace(int argc, char **argv) {
            (long long)(o.cfg.d_out / o.cfg.num_heads),
            book ? "the book's batch (\"Your journey starts with one step\" twice)" : "torch.rand(b, T, d_in)",
            train ? "training" : "eval");
-    float *y = xmalloc((size_t)(B * T * o.cfg.d_out) * sizeof(float));
+    float *y = cli_malloc((size_t)(B * T * o.cfg.d_out) * sizeof(float));
     trace_state ts = {max_values, 0};
-    check(mha_module_forward_traced(m, y, x, B, T, train ? g : NULL, trace_step, &ts), "trace");
+    cli_check(mha_module_forward_traced(m, y, x, B, T, train ? g : NULL, trace_step, &ts), "trace");
     free(x);
     free(y);
     mha_generator_free(g);
@@ -468,32 +399,32 @@ static int cmd_init(int argc, char **argv) {
         }
         if (module_opt(&o, argc, argv, &i)) continue;
         if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (i + 1 >= argc) die("%s needs a file name", a);
+            if (i + 1 >= argc) cli_die("%s needs a file name", a);
             out = argv[++i];
         } else if (a[0] == '-') {
-            die("init: unknown option '%s' (see mha init --help)", a);
+            cli_die("init: unknown option '%s' (see mha init --help)", a);
         } else if (!module) {
             module = a;
         } else {
-            die("init: unexpected argument '%s'", a);
+            cli_die("init: unexpected argument '%s'", a);
         }
     }
-    if (!module) die("init: missing MODULE (see mha init --help)");
+    if (!module) cli_die("init: missing MODULE (see mha init --help)");
     mha_kind kind;
-    check(mha_kind_from_name(module, &kind), "init");
+    cli_check(mha_kind_from_name(module, &kind), "init");
     mha_config c = o.cfg;
     c.kind = kind;
-    if (!o.have_d_in) die("init: missing --d-in");
-    if (!o.have_d_out) die("init: missing --d-out");
-    if (kind >= MHA_CAUSAL_ATTENTION && !o.have_ctx) die("init: %s needs --context-length", module);
+    if (!o.have_d_in) cli_die("init: missing --d-in");
+    if (!o.have_d_out) cli_die("init: missing --d-out");
+    if (kind >= MHA_CAUSAL_ATTENTION && !o.have_ctx) cli_die("init: %s needs --context-length", module);
     if ((kind == MHA_MULTI_HEAD_ATTENTION || kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER) && !o.have_heads)
-        die("init: %s needs --num-heads", module);
+        cli_die("init: %s needs --num-heads", module);
     if (!o.have_heads) c.num_heads = 1;
-    if (!o.have_seed) die("init: missing --seed");
-    if (!out) die("init: missing -o FILE");
+    if (!o.have_seed) cli_die("init: missing --seed");
+    if (!out) cli_die("init: missing -o FILE");
     mha_module *m = NULL;
-    check(mha_module_create_seeded(&c, o.seed, &m), module);
-    check(mha_module_save(m, out), out);
+    cli_check(mha_module_create_seeded(&c, o.seed, &m), module);
+    cli_check(mha_module_save(m, out), out);
     mha_module_free(m);
     return 0;
 }
@@ -517,63 +448,63 @@ static int cmd_run(int argc, char **argv) {
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-i") == 0 || strcmp(a, "--input") == 0) {
-            if (!v) die("%s needs a file name", a);
+            if (!v) cli_die("%s needs a file name", a);
             in = argv[++i];
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (!v) die("%s needs a file name", a);
+            if (!v) cli_die("%s needs a file name", a);
             out = argv[++i];
         } else if (strcmp(a, "--train") == 0) {
             train = true;
         } else if (strcmp(a, "--seed") == 0) {
-            seed = parse_seed(a, v), have_seed = true, i++;
+            seed = cli_parse_seed(a, v), have_seed = true, i++;
         } else if (strcmp(a, "--threads") == 0) {
-            check(mha_runtime_set_threads((int)parse_int(a, v, 1, 1024)), "--threads"), i++;
+            cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
         } else if (a[0] == '-') {
-            die("run: unknown option '%s' (see mha run --help)", a);
+            cli_die("run: unknown option '%s' (see mha run --help)", a);
         } else if (!weights) {
             weights = a;
         } else {
-            die("run: unexpected argument '%s'", a);
+            cli_die("run: unexpected argument '%s'", a);
         }
     }
-    if (!weights) die("run: missing WEIGHTS file (see mha run --help)");
-    if (!in) die("run: missing -i INPUT");
-    if (!out) die("run: missing -o OUTPUT");
-    if (train && !have_seed) die("run: --train needs --seed S (dropout draws from torch.manual_seed(S))");
-    if (have_seed && !train) die("run: --seed only applies with --train");
+    if (!weights) cli_die("run: missing WEIGHTS file (see mha run --help)");
+    if (!in) cli_die("run: missing -i INPUT");
+    if (!out) cli_die("run: missing -o OUTPUT");
+    if (train && !have_seed) cli_die("run: --train needs --seed S (dropout draws from torch.manual_seed(S))");
+    if (have_seed && !train) cli_die("run: --seed only applies with --train");
 
     mha_module *m = NULL;
-    check(mha_module_load(weights, &m), weights);
+    cli_check(mha_module_load(weights, &m), weights);
     const mha_config *c = mha_module_config(m);
     mha_st *st = NULL;
-    check(mha_st_read_file(in, &st), in);
+    cli_check(mha_st_read_file(in, &st), in);
     mha_st_tensor t;
-    if (mha_st_find(st, "x", &t) != MHA_OK) die("%s: no tensor 'x' in the input file", in);
+    if (mha_st_find(st, "x", &t) != MHA_OK) cli_die("%s: no tensor 'x' in the input file", in);
     const bool batched = mha_config_is_batched(c);
     const int want = batched ? 3 : 2;
     if (t.ndim != want)
-        die("%s: x must have %d dimensions %s for %s, got %d", in, want,
+        cli_die("%s: x must have %d dimensions %s for %s, got %d", in, want,
             batched ? "(b, T, d_in)" : "(T, d_in)", mha_kind_name(c->kind), t.ndim);
     const int64_t B = batched ? t.shape[0] : 1, T = t.shape[want - 2], D = t.shape[want - 1];
-    if (B == 0 || T == 0) die("%s: x has an empty dimension (b = %lld, T = %lld)", in, (long long)B, (long long)T);
+    if (B == 0 || T == 0) cli_die("%s: x has an empty dimension (b = %lld, T = %lld)", in, (long long)B, (long long)T);
     if (D != c->d_in)
-        die("%s: x has width %lld but the module's d_in is %lld", in, (long long)D, (long long)c->d_in);
-    float *x = xmalloc(t.numel * sizeof(float));
-    check(mha_st_tensor_to_f32(&t, x, t.numel), in);
+        cli_die("%s: x has width %lld but the module's d_in is %lld", in, (long long)D, (long long)c->d_in);
+    float *x = cli_malloc(t.numel * sizeof(float));
+    cli_check(mha_st_tensor_to_f32(&t, x, t.numel), in);
     mha_st_free(st);
 
     const int64_t W = mha_config_output_width(c);
     if ((uint64_t)B * (uint64_t)T > (((uint64_t)1 << 62) / sizeof(float)) / (uint64_t)W)
-        die("%s: output of %lld x %lld x %lld is too large", in, (long long)B, (long long)T, (long long)W);
+        cli_die("%s: output of %lld x %lld x %lld is too large", in, (long long)B, (long long)T, (long long)W);
     size_t ny = (size_t)B * (size_t)T * (size_t)W;
-    float *y = xmalloc(ny * sizeof(float));
+    float *y = cli_malloc(ny * sizeof(float));
     mha_generator *g = NULL;
-    if (train) check(mha_generator_create(seed, &g), "generator");
-    check(mha_module_forward(m, y, x, B, T, g, NULL, 0), "forward");
+    if (train) cli_check(mha_generator_create(seed, &g), "generator");
+    cli_check(mha_module_forward(m, y, x, B, T, g, NULL, 0), "forward");
     int64_t shape[3] = {B, T, W};
     mha_st_entry e = {"y", MHA_DTYPE_F32, want, batched ? shape : shape + 1, y};
     const char *meta[2] = {"module", mha_kind_name(c->kind)};
-    check(mha_st_write_file(out, &e, 1, meta, 1), out);
+    cli_check(mha_st_write_file(out, &e, 1, meta, 1), out);
     mha_generator_free(g);
     free(x);
     free(y);
@@ -598,7 +529,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) die("no command given (try mha --help)");
+    if (argc < 2) cli_die("no command given (try mha --help)");
     const char *cmd = argv[1];
     if (is_help(cmd)) {
         usage(stdout);
@@ -614,5 +545,5 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
     if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
     if (strcmp(cmd, "bench") == 0) return mha_cli_bench(argc, argv);
-    die("unknown command '%s' (try mha --help)", cmd);
+    cli_die("unknown command '%s' (try mha --help)", cmd);
 }

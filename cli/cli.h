@@ -1,0 +1,25 @@
+/* cli.h — helpers shared by the mha commands. The CLI is the only code that
+ * prints or exits: an error is one line on stderr and exit status 1. */
+#ifndef MHA_CLI_H
+#define MHA_CLI_H
+
+#include "mha.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "mha: error: <message>" on stderr, exit(1). */
+_Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Dies with the library's detail when st is not MHA_OK. */
+void cli_check(mha_status st, const char *what);
+void *cli_malloc(size_t n);
+/* Strict parsers: the whole string, in range, or die naming the option. */
+int64_t cli_parse_int(const char *opt, const char *s, int64_t lo, int64_t hi);
+/* torch.manual_seed's range: [-2^63, 2^64), negatives taken mod 2^64. */
+uint64_t cli_parse_seed(const char *opt, const char *s);
+/* A dropout probability in [0, 1). */
+double cli_parse_prob(const char *opt, const char *s);
+
+int mha_cli_bench(int argc, char **argv);
+
+#endif
