@@ -83,11 +83,13 @@ mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, in
     static const char *const proj_expr[3] = {"queries = self.W_query(x)", "keys = self.W_key(x)",
                                              "values = self.W_value(x)"};
     static const char *const proj_step[3] = {"project queries", "project keys", "project values"};
-    for (int r = 0; r < 3; r++) {
+    static const int book_order[3] = {1, 0, 2}; /* keys, queries, values, as the book's forward */
+    for (int n = 0; n < 3; n++) {
+        const int r = book_order[n];
         for (int64_t i = 0; i < B * T; i++)
             memcpy(tmp + i * Dout, qkv + i * m->P + r * Dout, (size_t)Dout * sizeof(float));
         emit(fn, user, proj_step[r], proj_expr[r], 3, B, T, Dout, 0, tmp);
-        if (r == 0) emit(fn, user, "view", "queries.view(b, num_tokens, num_heads, head_dim)", 4, B, T, H, HD, tmp);
+        if (r == 1) emit(fn, user, "view", "keys.view(b, num_tokens, num_heads, head_dim)", 4, B, T, H, HD, tmp);
         float *dst = r == 0 ? qt : r == 1 ? kt : vt;
         for (int64_t b = 0; b < B; b++)
             for (int64_t h = 0; h < H; h++)
@@ -95,8 +97,8 @@ mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, in
                     memcpy(dst + ((b * H + h) * T + t) * HD, tmp + (b * T + t) * Dout + h * HD,
                            (size_t)HD * sizeof(float));
     }
-    emit(fn, user, "transpose", "queries.transpose(1, 2)", 4, B, H, T, HD, qt);
     emit(fn, user, "transpose", "keys.transpose(1, 2)", 4, B, H, T, HD, kt);
+    emit(fn, user, "transpose", "queries.transpose(1, 2)", 4, B, H, T, HD, qt);
     emit(fn, user, "transpose", "values.transpose(1, 2)", 4, B, H, T, HD, vt);
 
     for (int64_t bh = 0; bh < B * H; bh++)
