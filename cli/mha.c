@@ -293,8 +293,10 @@ static void trace_step(void *user, const char *step, const char *expr, int ndim,
             sum += v;
             finite++;
         }
-        printf("    %lld values (min %.4f, max %.4f, mean %.4f over %lld finite; -inf = masked)\n",
-               (long long)n, lo, hi, finite ? sum / (double)finite : 0.0, (long long)finite);
+        printf("    %lld values: min %.4f, max %.4f, mean %.4f", (long long)n, lo, hi,
+               finite ? sum / (double)finite : 0.0);
+        if (finite < n) printf(" over the %lld finite ones (%lld masked: -inf)", (long long)finite, (long long)(n - finite));
+        printf("\n");
     }
 }
 
