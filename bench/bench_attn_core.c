@@ -1,12 +1,17 @@
-/* bench_attn_core.c — the attention core alone (mha__attn_fwd_avx2, or the
- * reference with MHA_ISA=ref), GPT-2-small heads: H = 12, HD = 64, packed
- * (B, T, 3*H*HD) qkv input, (B, T, H*HD) output.
+/* bench_attn_core.c — the attention core alone: every fused kernel this CPU
+ * runs (mha__attn_fwd_avx2 and, on AVX-512 CPUs, mha__attn_fwd_avx512;
+ * MHA_ISA=avx2 leaves out the latter), or the reference with MHA_ISA=ref,
+ * GPT-2-small heads: H = 12, HD = 64, packed (B, T, 3*H*HD) qkv input,
+ * (B, T, H*HD) output. The kernels' timed runs are interleaved (run r of
+ * each kernel, then run r + 1 of each), so that load from other tenants of
+ * the machine hits them alike.
  *
  * Work split as the library's caller does it: OpenMP over (b, h, q-block)
  * tasks, schedule(dynamic, 1), costliest (last) q-blocks first.
  * Prints min and median time over repeated runs and GFLOP/s with
- * flops = 4 * B * H * (T (T + 1) / 2) * HD (the causal half); checks the
- * result once against the reference kernel on the first and last head.
+ * flops = 4 * B * H * (T (T + 1) / 2) * HD (the causal half); checks each
+ * kernel's result once against the reference kernel on the first and last
+ * head.
  *
  * Usage: bench_attn_core [reps]      (default 9)
  * Environment: MHA_BENCH_QBLOCK = rows per task (default 64),
@@ -132,20 +137,27 @@ int main(int argc, char **argv) {
     e = getenv("MHA_BENCH_IDLE_WAIT");
     if (e) idle_budget_s = atof(e);
 
-    kernel_fn fn = mha__attn_fwd_ref;
-    size_t (*scratch_fn)(int64_t, int64_t) = mha__attn_fwd_ref_scratch;
-    const char *isa = "ref";
+    typedef struct {
+        const char *name;
+        kernel_fn fn;
+        size_t (*scratch_fn)(int64_t, int64_t);
+    } kernel;
+    kernel ks[3];
+    int nk = 0;
 #if defined(MHA_HAVE_AVX2_KERNELS)
-    if (mha__isa() == MHA_ISA_AVX2) {
-        fn = mha__attn_fwd_avx2;
-        scratch_fn = mha__attn_fwd_avx2_scratch;
-        isa = "avx2";
-    }
+    if (mha__isa() >= MHA_ISA_AVX2)
+        ks[nk++] = (kernel){"avx2", mha__attn_fwd_avx2, mha__attn_fwd_avx2_scratch};
 #endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+    if (mha__isa() >= MHA_ISA_AVX512)
+        ks[nk++] = (kernel){"avx512", mha__attn_fwd_avx512, mha__attn_fwd_avx512_scratch};
+#endif
+    if (nk == 0) ks[nk++] = (kernel){"ref", mha__attn_fwd_ref, mha__attn_fwd_ref_scratch};
     static const shape shapes[] = {{1, 1024, 12, 64}, {8, 256, 12, 64}, {8, 1024, 12, 64}};
     static const int threads[] = {1, 2};
-    printf("attention core, causal, isa %s, q-block %lld rows per task, %d reps\n", isa,
-           (long long)qblock, reps);
+    printf("attention core, causal, kernels:");
+    for (int k = 0; k < nk; k++) printf(" %s", ks[k].name);
+    printf(", q-block %lld rows per task, %d reps\n", (long long)qblock, reps);
     int failures = 0;
 
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -164,19 +176,21 @@ int main(int argc, char **argv) {
         memset(out, 0, sizeof(float) * nout);
         const double flops = 4.0 * (double)(s->B * s->H) * ((double)s->T * (double)(s->T + 1) / 2.0) *
                              (double)s->HD;
-        float *scratch[2];
-        for (int t = 0; t < 2; t++) scratch[t] = malloc(sizeof(float) * scratch_fn(s->T, s->HD));
+        float *scratch[3][2];
+        for (int k = 0; k < nk; k++)
+            for (int t = 0; t < 2; t++)
+                scratch[k][t] = malloc(sizeof(float) * ks[k].scratch_fn(s->T, s->HD));
 
-        /* correctness, once: first and last head against the reference */
-        run_core(s, qkv, out, lse, fn, scratch, 2, qblock);
-        {
+        /* correctness, once per kernel: first and last head against the reference */
+        for (int k = 0; k < nk; k++) {
+            run_core(s, qkv, out, lse, ks[k].fn, scratch[k], 2, qblock);
             float *ref = malloc(sizeof(float) * (size_t)(s->T * D));
             float *rl = malloc(sizeof(float) * (size_t)s->T);
             float *rs = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(s->T, s->HD));
             double md = 0.0, mo = 0.0, ml = 0.0;
             const int64_t heads[2][2] = {{0, 0}, {s->B - 1, s->H - 1}};
-            for (int k = 0; k < 2; k++) {
-                const int64_t b = heads[k][0], h = heads[k][1];
+            for (int hk = 0; hk < 2; hk++) {
+                const int64_t b = heads[hk][0], h = heads[hk][1];
                 mha__attn_args a = head_args(s, qkv, out, NULL, b, h);
                 a.o = ref + h * s->HD; /* (T, D) buffer for one batch entry */
                 a.lse = rl;
@@ -194,10 +208,10 @@ int main(int argc, char **argv) {
             }
             const int ok = md <= 1e-5 * fmax(1.0, mo) && ml <= 1e-5;
             failures += !ok;
-            printf("B=%lld T=%lld H=%lld HD=%lld: check vs reference (2 heads): max|do| %.3g, "
+            printf("B=%lld T=%lld H=%lld HD=%lld %-6s: check vs reference (2 heads): max|do| %.3g, "
                    "max|dlse| %.3g %s\n",
-                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, md, ml,
-                   ok ? "OK" : "FAILED");
+                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, ks[k].name,
+                   md, ml, ok ? "OK" : "FAILED");
             free(ref);
             free(rl);
             free(rs);
@@ -205,25 +219,32 @@ int main(int argc, char **argv) {
 
         for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
             const int nt = threads[ti];
-            double *times = malloc(sizeof(double) * (size_t)reps);
-            run_core(s, qkv, out, lse, fn, scratch, nt, qblock); /* warm-up */
-            int gated = 0;
-            for (int r = 0; r < reps; r++) {
-                gated += wait_idle();
-                const double t0 = now_s();
-                run_core(s, qkv, out, lse, fn, scratch, nt, qblock);
-                times[r] = now_s() - t0;
+            double *times = malloc(sizeof(double) * (size_t)(reps * nk));
+            int gated[3] = {0, 0, 0};
+            for (int k = 0; k < nk; k++) /* warm-up */
+                run_core(s, qkv, out, lse, ks[k].fn, scratch[k], nt, qblock);
+            for (int r = 0; r < reps; r++)
+                for (int k = 0; k < nk; k++) {
+                    gated[k] += wait_idle();
+                    const double t0 = now_s();
+                    run_core(s, qkv, out, lse, ks[k].fn, scratch[k], nt, qblock);
+                    times[k * reps + r] = now_s() - t0;
+                }
+            for (int k = 0; k < nk; k++) {
+                double *tk = times + k * reps;
+                qsort(tk, (size_t)reps, sizeof(double), cmp_double);
+                const double tmin = tk[0], tmed = tk[reps / 2];
+                printf("B=%lld T=%4lld H=%lld HD=%lld threads %d %-6s: min %8.3f ms %6.1f GFLOP/s | "
+                       "median %8.3f ms %6.1f GFLOP/s | %d/%d runs after an idle check\n",
+                       (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
+                       ks[k].name, 1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed,
+                       flops / tmed * 1e-9, gated[k], reps);
             }
-            qsort(times, (size_t)reps, sizeof(double), cmp_double);
-            const double tmin = times[0], tmed = times[reps / 2];
-            printf("B=%lld T=%4lld H=%lld HD=%lld threads %d: min %8.3f ms %6.1f GFLOP/s | "
-                   "median %8.3f ms %6.1f GFLOP/s | %d/%d runs after an idle check\n",
-                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
-                   1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed, flops / tmed * 1e-9, gated, reps);
             fflush(stdout);
             free(times);
         }
-        for (int t = 0; t < 2; t++) free(scratch[t]);
+        for (int k = 0; k < nk; k++)
+            for (int t = 0; t < 2; t++) free(scratch[k][t]);
         free(qkv);
         free(out);
         free(lse);

@@ -397,8 +397,9 @@ mha_status mha_module_load(const char *path, mha_module **out);
 /* Runtime                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Kernels in use: "avx2" or "ref" (MHA_ISA=ref in the environment forces
- * the portable reference kernels). */
+/* Kernels in use: "avx512", "avx2" or "ref". MHA_ISA=ref in the
+ * environment forces the portable reference kernels, MHA_ISA=avx2 the AVX2
+ * kernels even on an AVX-512 CPU. */
 const char *mha_runtime_isa(void);
 /* Projection GEMMs: "openblas", "builtin" (no BLAS in the build) or "ref"
  * (MHA_ISA=ref). */
@@ -408,7 +409,8 @@ int mha_runtime_threads(void);
 /* Sets the thread count for compute calls (n >= 1). */
 mha_status mha_runtime_set_threads(int n);
 /* Switches the kernels at run time: "ref" (the portable reference kernels
- * and GEMM, the oracle) or "auto" (the best this CPU supports). For
+ * and GEMM, the oracle), "avx2" (at most the AVX2 kernels, even on an
+ * AVX-512 CPU) or "auto" (the best this CPU supports). For
  * benchmarks and tests that compare the two in one process; not to be
  * called while another thread computes. */
 mha_status mha_runtime_set_isa(const char *name);

@@ -1,22 +1,29 @@
 /* test_attn_kernels.c — the attention kernels against their oracles.
  *
  *  1. Philox4x32-10 known-answer vectors (Random123) and mha__philox_keep.
- *  2. The AVX2 expf (vexp_avx2.h): max ULP error against double exp over a
- *     dense sweep of [-87, 0] and a few points up to 88.
+ *  2. The AVX2 and AVX-512 expf (vexp_avx2.h, vexp_avx512.h): max ULP
+ *     error against double exp over a dense sweep of [-87, 0] and a few
+ *     points up to 88; the two agree bit for bit.
  *  3. mha__attn_fwd_ref against a naive double-precision oracle (in this
- *     file), and mha__attn_fwd_avx2 against mha__attn_fwd_ref, over many
+ *     file), and each fast kernel (mha__attn_fwd_avx2, mha__attn_fwd_avx512
+ *     where compiled and supported by the CPU) against mha__attn_fwd_ref,
+ *     over many
  *     shapes (T = 1 .. 1024, HD = 1 .. 128), causal and not, strided rows
  *     (a packed (T, 3*HD + pad) qkv buffer), sub-ranges [q_begin, q_end),
  *     lse, BITMASK and PHILOX dropout. Tolerance:
  *       max|o_fast - o_ref| <= 1e-5 * max(1, max|o_ref|), |lse diff| <= 1e-5.
- *  4. Determinism: splitting the rows into chunks gives bit-identical
- *     results; rows outside the range are not written; with causal, keys
- *     at or after q_end are not read.
+ *  4. Determinism (each fast kernel): splitting the rows into chunks gives
+ *     bit-identical results; rows outside the range are not written; with
+ *     causal, keys at or after q_end are not read; O written over Q
+ *     (o == q, ldo == ldq) gives the same bits as a separate O.
  * Exits non-zero on any failure. */
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
 #if defined(MHA_HAVE_AVX2_KERNELS)
 #include "kernels/vexp_avx2.h"
+#endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+#include "kernels/vexp_avx512.h"
 #endif
 
 #include <math.h>
@@ -25,7 +32,17 @@
 #include <string.h>
 
 static int n_pass, n_fail;
-static double worst_fast, worst_ref, worst_lse_fast, worst_lse_ref;
+static double worst_ref, worst_lse_ref;
+
+/* The fast kernels under test (those compiled and supported by this CPU). */
+typedef struct {
+    const char *name;
+    void (*fn)(const mha__attn_args *, float *);
+    size_t (*scratch)(int64_t, int64_t);
+    double worst, worst_lse; /* max |o - o_ref| / max(1, max|o_ref|), |lse diff| */
+} fast_kernel;
+static fast_kernel fast[2];
+static int n_fast;
 
 #define CHECK(cond, ...)                                                                         \
     do {                                                                                         \
@@ -98,9 +115,19 @@ static void test_philox(void) {
 
 /* ---- 2. vector expf ----------------------------------------------------- */
 #if defined(MHA_HAVE_AVX2_KERNELS)
-__attribute__((target("avx2,fma"))) static void vexp_array(const float *x, float *y, size_t n) {
+/* y[0..n) = exp(x[0..n)), n a multiple of 16. */
+typedef void (*vexp_fn)(const float *x, float *y, size_t n);
+
+__attribute__((target("avx2,fma"))) static void vexp_array_avx2(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, mha__vexpf_avx2(_mm256_loadu_ps(x + i)));
 }
+#if defined(MHA_HAVE_AVX512_KERNELS)
+__attribute__((target("avx512f"))) static void vexp_array_avx512(const float *x, float *y,
+                                                                   size_t n) {
+    for (size_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(y + i, mha__vexpf_avx512(_mm512_loadu_ps(x + i)));
+}
+#endif
 
 static double ulp_error(float got, double want) {
     if (want == 0.0) return got == 0.0f ? 0.0 : (double)INFINITY;
@@ -111,9 +138,10 @@ static double ulp_error(float got, double want) {
     return fabs((double)got - want) / ulp;
 }
 
-static void test_vexp(void) {
+static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
     enum { CH = 4096 };
-    static float x[CH], y[CH];
+    static float x[CH], y[CH], y2[CH];
+    size_t mismatches = 0;
     double worst = 0.0;
     float worst_x = 0.0f;
     size_t count = 0;
@@ -125,9 +153,13 @@ static void test_vexp(void) {
     while (b <= bend) {
         size_t n = 0;
         for (; n < CH && b <= bend; n++, b += 13u) memcpy(&x[n], &b, 4);
-        size_t n8 = (n + 7) & ~(size_t)7;
+        size_t n8 = (n + 15) & ~(size_t)15;
         for (size_t i = n; i < n8; i++) x[i] = 0.0f;
         vexp_array(x, y, n8);
+        if (other) {
+            other(x, y2, n8);
+            for (size_t i = 0; i < n; i++) mismatches += memcmp(&y[i], &y2[i], 4) != 0;
+        }
         for (size_t i = 0; i < n; i++) {
             const double u = ulp_error(y[i], exp((double)x[i]));
             if (u > worst) {
@@ -137,9 +169,12 @@ static void test_vexp(void) {
         }
         count += n;
     }
-    printf("vexp: max error %.3f ULP at x = %.9g over %zu points in [-87, 0]\n", worst,
+    printf("vexp %s: max error %.3f ULP at x = %.9g over %zu points in [-87, 0]\n", name, worst,
            (double)worst_x, count);
-    CHECK(worst <= 1.1, "vexp max error %.3f ULP > 1.1", worst);
+    CHECK(worst <= 1.1, "vexp %s max error %.3f ULP > 1.1", name, worst);
+    if (other)
+        CHECK(mismatches == 0, "vexp %s: %zu results differ from the AVX2 version", name,
+              mismatches);
 
     /* positive values, specials */
     float px[16] = {0.0f, 1e-8f, 0.5f, 1.0f, 2.5f, 10.0f, 30.0f, 50.0f,
@@ -151,12 +186,12 @@ static void test_vexp(void) {
         const double u = ulp_error(py[i], exp((double)px[i]));
         if (u > wp) wp = u;
     }
-    printf("vexp: max error %.3f ULP on 16 points in [-0.35, 88.3]\n", wp);
-    CHECK(wp <= 1.1, "vexp positive max error %.3f ULP", wp);
+    printf("vexp %s: max error %.3f ULP on 16 points in [-0.35, 88.3]\n", name, wp);
+    CHECK(wp <= 1.1, "vexp %s positive max error %.3f ULP", name, wp);
 
-    float sx[8] = {-INFINITY, -1000.0f, -88.0f, -87.5f, 0.0f, -0.0f, NAN, INFINITY};
-    float sy[8];
-    vexp_array(sx, sy, 8);
+    float sx[16] = {-INFINITY, -1000.0f, -88.0f, -87.5f, 0.0f, -0.0f, NAN, INFINITY};
+    float sy[16];
+    vexp_array(sx, sy, 16);
     CHECK(sy[0] == 0.0f && sy[1] == 0.0f && sy[2] == 0.0f && sy[3] == 0.0f,
           "vexp: x < -87.3 must give exactly 0 (%g %g %g %g)", (double)sy[0], (double)sy[1],
           (double)sy[2], (double)sy[3]);
@@ -298,11 +333,10 @@ static const char *drop_name(mha__drop_mode d) {
     return d == MHA_DROP_NONE ? "none" : d == MHA_DROP_BITMASK ? "bitmask" : "philox";
 }
 
-/* Runs ref (and naive, and avx2 when available) on rows [qb, qe) of one
- * head and compares. */
+/* Runs ref (and naive, and every fast kernel) on rows [qb, qe) of one head
+ * and compares. */
 static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__drop_mode drop,
-                       double p, int64_t qb, int64_t qe, float qmul, bool use_avx2,
-                       bool use_naive) {
+                       double p, int64_t qb, int64_t qe, float qmul, bool use_naive) {
     head h;
     head_init(&h, T, HD, pad, qmul);
     const size_t on = (size_t)(T * h.ldo);
@@ -336,21 +370,23 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
         CHECK(md <= 1e-5 * fmax(1.0, mr) && ld <= 1e-5, "ref vs naive: %s: max|do| %.3g lse %.3g",
               what, md, ld);
     }
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    if (use_avx2) {
+    for (int kf = 0; kf < n_fast; kf++) {
+        fast_kernel *f = &fast[kf];
+        for (size_t i = 0; i < on; i++) o_fast[i] = 12345.0f;
+        for (int64_t i = 0; i < T; i++) l_fast[i] = 12345.0f;
         a.o = o_fast;
         a.lse = l_fast;
         /* exact scratch size, deliberately misaligned by one float */
-        const size_t sn = mha__attn_fwd_avx2_scratch(T, HD);
+        const size_t sn = f->scratch(T, HD);
         float *sb = malloc(sizeof(float) * (sn + 1));
-        mha__attn_fwd_avx2(&a, sb + 1);
+        f->fn(&a, sb + 1);
         free(sb);
         compare_rows(o_fast, o_ref, h.ldo, HD, qb, qe, &md, &mr);
         const double ld = lse_diff(l_fast, l_ref, qb, qe);
-        if (md / fmax(1.0, mr) > worst_fast) worst_fast = md / fmax(1.0, mr);
-        if (ld > worst_lse_fast) worst_lse_fast = ld;
-        CHECK(md <= 1e-5 * fmax(1.0, mr) && ld <= 1e-5, "avx2 vs ref: %s: max|do| %.3g (max|o| %.3g) lse %.3g",
-              what, md, mr, ld);
+        if (md / fmax(1.0, mr) > f->worst) f->worst = md / fmax(1.0, mr);
+        if (ld > f->worst_lse) f->worst_lse = ld;
+        CHECK(md <= 1e-5 * fmax(1.0, mr) && ld <= 1e-5,
+              "%s vs ref: %s: max|do| %.3g (max|o| %.3g) lse %.3g", f->name, what, md, mr, ld);
         /* rows outside the range untouched */
         int touched = 0;
         for (int64_t i = 0; i < T; i++) {
@@ -360,11 +396,9 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
         }
         for (int64_t i = qb; i < qe; i++)
             for (int64_t d = HD; d < h.ldo; d++) touched += o_fast[i * h.ldo + d] != 12345.0f;
-        CHECK(touched == 0, "avx2: %s: %d values outside the range written", what, touched);
+        CHECK(touched == 0, "%s: %s: %d values outside the range written", f->name, what,
+              touched);
     }
-#else
-    (void)use_avx2;
-#endif
     free(o_ref);
     free(o_nai);
     free(o_fast);
@@ -374,15 +408,14 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
     head_free(&h);
 }
 
-#if defined(MHA_HAVE_AVX2_KERNELS)
 /* GENERATOR mode is delegated to the reference kernel: same draws, same
- * result, in the AVX2 kernel's own scratch. */
-static void check_generator(int64_t T, int64_t HD, bool causal) {
+ * result, in the fast kernel's own scratch. */
+static void check_generator(const fast_kernel *f, int64_t T, int64_t HD, bool causal) {
     head h;
     head_init(&h, T, HD, 2, 1.0f);
     const size_t on = (size_t)(T * h.ldo);
     float *o1 = malloc(sizeof(float) * on), *o2 = malloc(sizeof(float) * on);
-    float *scr = malloc(sizeof(float) * mha__attn_fwd_avx2_scratch(T, HD));
+    float *scr = malloc(sizeof(float) * f->scratch(T, HD));
     mha_generator *g1 = NULL, *g2 = NULL;
     const bool ok = mha_generator_create(123, &g1) == MHA_OK && mha_generator_create(123, &g2) == MHA_OK;
     CHECK(ok, "generator create");
@@ -392,12 +425,12 @@ static void check_generator(int64_t T, int64_t HD, bool causal) {
         mha__attn_fwd_ref(&a, scr);
         a.o = o2;
         a.gen = g2;
-        mha__attn_fwd_avx2(&a, scr);
+        f->fn(&a, scr);
         int diff = 0;
         for (int64_t i = 0; i < T; i++)
             diff += memcmp(o1 + i * h.ldo, o2 + i * h.ldo, sizeof(float) * (size_t)HD) != 0;
-        CHECK(diff == 0, "GENERATOR delegation T=%lld HD=%lld: %d rows differ", (long long)T,
-              (long long)HD, diff);
+        CHECK(diff == 0, "%s: GENERATOR delegation T=%lld HD=%lld: %d rows differ", f->name,
+              (long long)T, (long long)HD, diff);
     }
     mha_generator_free(g1);
     mha_generator_free(g2);
@@ -410,16 +443,17 @@ static void check_generator(int64_t T, int64_t HD, bool causal) {
 /* The same rows computed in one call and in chunks of `chunk` rows (and
  * random chunks) must be bit-identical; with causal, K/V rows >= q_end of a
  * chunk must not be read (they are poisoned with NaN in a copy). */
-static void check_determinism(int64_t T, int64_t HD, bool causal, mha__drop_mode drop) {
+static void check_determinism(const fast_kernel *f, int64_t T, int64_t HD, bool causal,
+                              mha__drop_mode drop) {
     head h;
     head_init(&h, T, HD, 5, 2.0f);
     const size_t on = (size_t)(T * h.ldo);
     float *o1 = malloc(sizeof(float) * on), *o2 = malloc(sizeof(float) * on);
     float *l1 = malloc(sizeof(float) * (size_t)T), *l2 = malloc(sizeof(float) * (size_t)T);
-    float *scr = malloc(sizeof(float) * mha__attn_fwd_avx2_scratch(T, HD));
+    float *scr = malloc(sizeof(float) * f->scratch(T, HD));
     float *poison = malloc(sizeof(float) * (size_t)(T * h.ld));
     mha__attn_args a = head_args(&h, o1, l1, causal, drop, 0.2);
-    mha__attn_fwd_avx2(&a, scr);
+    f->fn(&a, scr);
 
     static const int64_t chunks[] = {1, 3, 16, 17, 33, 48, 100, 0};
     for (int c = 0; chunks[c] >= 0; c++) {
@@ -441,7 +475,7 @@ static void check_determinism(int64_t T, int64_t HD, bool causal, mha__drop_mode
                 b.k = poison + h.HD;
                 b.v = poison + 2 * h.HD;
             }
-            mha__attn_fwd_avx2(&b, scr);
+            f->fn(&b, scr);
             r += n;
         }
         int diff = 0;
@@ -449,8 +483,8 @@ static void check_determinism(int64_t T, int64_t HD, bool causal, mha__drop_mode
             diff += memcmp(o1 + i * h.ldo, o2 + i * h.ldo, sizeof(float) * (size_t)HD) != 0;
             diff += memcmp(l1 + i, l2 + i, sizeof(float)) != 0;
         }
-        CHECK(diff == 0, "determinism T=%lld HD=%lld %s drop=%s chunk %lld: %d rows differ",
-              (long long)T, (long long)HD, causal ? "causal" : "full", drop_name(drop),
+        CHECK(diff == 0, "%s: determinism T=%lld HD=%lld %s drop=%s chunk %lld: %d rows differ",
+              f->name, (long long)T, (long long)HD, causal ? "causal" : "full", drop_name(drop),
               (long long)chunks[c], diff);
         if (chunks[c] == 0) break;
     }
@@ -462,20 +496,73 @@ static void check_determinism(int64_t T, int64_t HD, bool causal, mha__drop_mode
     free(poison);
     head_free(&h);
 }
-#endif
+
+/* O written over Q (o == q, ldo == ldq), in chunks of `chunk` rows, gives
+ * the bits of a separate O (and leaves the K, V columns alone). */
+static void check_alias(const fast_kernel *f, int64_t T, int64_t HD, bool causal,
+                        mha__drop_mode drop, int64_t chunk) {
+    head h;
+    head_init(&h, T, HD, 3, 1.0f);
+    const size_t on = (size_t)(T * h.ldo), nq = (size_t)(T * h.ld);
+    float *o1 = malloc(sizeof(float) * on), *qkv = malloc(sizeof(float) * nq);
+    float *scr = malloc(sizeof(float) * f->scratch(T, HD));
+    mha__attn_args a = head_args(&h, o1, NULL, causal, drop, 0.3);
+    f->fn(&a, scr);
+    memcpy(qkv, h.qkv, sizeof(float) * nq);
+    for (int64_t r = 0; r < T; r += chunk) {
+        mha__attn_args b = a;
+        b.q = qkv;
+        b.k = qkv + HD;
+        b.v = qkv + 2 * HD;
+        b.o = qkv;
+        b.ldo = h.ld;
+        b.q_begin = r;
+        b.q_end = r + chunk < T ? r + chunk : T;
+        f->fn(&b, scr);
+    }
+    int diff = 0;
+    for (int64_t i = 0; i < T; i++) {
+        diff += memcmp(o1 + i * h.ldo, qkv + i * h.ld, sizeof(float) * (size_t)HD) != 0;
+        diff += memcmp(h.qkv + i * h.ld + HD, qkv + i * h.ld + HD,
+                       sizeof(float) * (size_t)(h.ld - HD)) != 0;
+    }
+    CHECK(diff == 0, "%s: O over Q T=%lld HD=%lld %s drop=%s chunk %lld: %d rows differ", f->name,
+          (long long)T, (long long)HD, causal ? "causal" : "full", drop_name(drop),
+          (long long)chunk, diff);
+    free(o1);
+    free(qkv);
+    free(scr);
+    head_free(&h);
+}
 
 int main(void) {
-    bool avx2 = false;
+    bool avx2 = false, avx512 = false;
 #if defined(MHA_HAVE_AVX2_KERNELS)
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) fast[n_fast++] = (fast_kernel){"avx2", mha__attn_fwd_avx2, mha__attn_fwd_avx2_scratch, 0, 0};
+#endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+    avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (avx512)
+        fast[n_fast++] =
+            (fast_kernel){"avx512", mha__attn_fwd_avx512, mha__attn_fwd_avx512_scratch, 0, 0};
+    else
+        printf("AVX-512 kernel compiled, but this CPU lacks AVX-512 F/BW/DQ/VL: not tested\n");
+#else
+    printf("AVX-512 kernel not compiled: not tested\n");
 #endif
     if (!avx2) printf("AVX2/FMA kernels not available: testing the reference only\n");
 
     test_philox();
 #if defined(MHA_HAVE_AVX2_KERNELS)
-    if (avx2) test_vexp();
+    if (avx2) test_vexp("avx2", vexp_array_avx2, NULL);
 #endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+    if (avx512) test_vexp("avx512", vexp_array_avx512, vexp_array_avx2);
+#endif
+    (void)avx512;
 
     static const int64_t Ts[] = {1, 2, 5, 7, 63, 64, 65, 127, 200, 1024};
     static const int64_t HDs[] = {1, 2, 3, 7, 8, 15, 16, 17, 64, 65, 128};
@@ -488,7 +575,7 @@ int main(void) {
                 const int64_t T = Ts[ti], HD = HDs[hi];
                 const bool big = T * T * HD > 200 * 200 * 128;
                 const float qmul = (ti + hi) % 3 == 0 ? 4.0f : 1.0f; /* sharper softmax */
-                check_case(T, HD, (ti + hi) % 4, c == 1, MHA_DROP_NONE, 0.0, 0, T, qmul, avx2,
+                check_case(T, HD, (ti + hi) % 4, c == 1, MHA_DROP_NONE, 0.0, 0, T, qmul,
                            !big || c == 1);
             }
     /* sub-ranges */
@@ -500,14 +587,14 @@ int main(void) {
             for (int hi = 0; hi < 3; hi++) {
                 static const int64_t hds[3] = {2, 64, 17};
                 check_case(ranges[r][0], hds[hi], 1, c == 1, MHA_DROP_NONE, 0.0, ranges[r][1],
-                           ranges[r][2], 2.0f, avx2, true);
+                           ranges[r][2], 2.0f, true);
             }
     /* 2^k-ish row strides (ld = 1024 or 3072 floats): the kernel copies
      * such K/V tiles to contiguous scratch first */
     for (int c = 0; c < 2; c++) {
-        check_case(300, 64, 1024 - 3 * 64, c == 1, MHA_DROP_NONE, 0.0, 0, 300, 2.0f, avx2, true);
-        check_case(130, 17, 1024 - 3 * 17, c == 1, MHA_DROP_NONE, 0.0, 0, 130, 1.0f, avx2, true);
-        check_case(200, 128, 3072 - 3 * 128, c == 1, MHA_DROP_PHILOX, 0.1, 50, 190, 1.0f, avx2, true);
+        check_case(300, 64, 1024 - 3 * 64, c == 1, MHA_DROP_NONE, 0.0, 0, 300, 2.0f, true);
+        check_case(130, 17, 1024 - 3 * 17, c == 1, MHA_DROP_NONE, 0.0, 0, 130, 1.0f, true);
+        check_case(200, 128, 3072 - 3 * 128, c == 1, MHA_DROP_PHILOX, 0.1, 50, 190, 1.0f, true);
     }
     /* dropout */
     static const int64_t dT[] = {1, 5, 63, 64, 65, 200, 1024};
@@ -525,23 +612,27 @@ int main(void) {
                         qb = T / 3;
                         qe = T - T / 4;
                     }
-                    check_case(T, HD, 3, c == 1, dm, p, qb, qe, 1.0f, avx2, T <= 200);
+                    check_case(T, HD, 3, c == 1, dm, p, qb, qe, 1.0f, T <= 200);
                 }
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    if (avx2) {
-        check_determinism(1, 3, true, MHA_DROP_NONE);
-        check_determinism(70, 2, true, MHA_DROP_NONE);
-        check_determinism(200, 64, true, MHA_DROP_NONE);
-        check_determinism(200, 17, false, MHA_DROP_NONE);
-        check_determinism(257, 65, true, MHA_DROP_PHILOX);
-        check_determinism(130, 16, true, MHA_DROP_BITMASK);
-        check_determinism(300, 64, false, MHA_DROP_PHILOX);
-        check_generator(70, 5, true);
-        check_generator(33, 64, false);
+    for (int kf = 0; kf < n_fast; kf++) {
+        const fast_kernel *f = &fast[kf];
+        check_determinism(f, 1, 3, true, MHA_DROP_NONE);
+        check_determinism(f, 70, 2, true, MHA_DROP_NONE);
+        check_determinism(f, 200, 64, true, MHA_DROP_NONE);
+        check_determinism(f, 200, 17, false, MHA_DROP_NONE);
+        check_determinism(f, 257, 65, true, MHA_DROP_PHILOX);
+        check_determinism(f, 130, 16, true, MHA_DROP_BITMASK);
+        check_determinism(f, 300, 64, false, MHA_DROP_PHILOX);
+        check_generator(f, 70, 5, true);
+        check_generator(f, 33, 64, false);
+        check_alias(f, 200, 64, true, MHA_DROP_NONE, 64);
+        check_alias(f, 130, 3, true, MHA_DROP_PHILOX, 17);
+        check_alias(f, 100, 65, false, MHA_DROP_BITMASK, 100);
+        check_alias(f, 77, 1, false, MHA_DROP_NONE, 5);
     }
-#endif
-    printf("max |o_avx2 - o_ref| / max(1, max|o_ref|) = %.3g, max |lse diff| = %.3g\n",
-           worst_fast, worst_lse_fast);
+    for (int kf = 0; kf < n_fast; kf++)
+        printf("max |o_%s - o_ref| / max(1, max|o_ref|) = %.3g, max |lse diff| = %.3g\n",
+               fast[kf].name, fast[kf].worst, fast[kf].worst_lse);
     printf("max |o_ref - o_naive| = %.3g, max |lse diff| = %.3g\n", worst_ref, worst_lse_ref);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail == 0 ? 0 : 1;

@@ -26,15 +26,28 @@ static int max_threads(void) {
 #endif
 }
 
+/* Which fused kernel: AVX-512 where the CPU has it (and MHA_ISA does not cap
+ * it), else AVX2; use_avx2() means "AVX2 or better", i.e. a fused kernel. */
+static bool use_avx512(void) {
+#if defined(MHA_HAVE_AVX512_KERNELS)
+    return mha__isa() == MHA_ISA_AVX512;
+#else
+    return false;
+#endif
+}
+
 static bool use_avx2(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
-    return mha__isa() == MHA_ISA_AVX2;
+    return mha__isa() >= MHA_ISA_AVX2;
 #else
     return false;
 #endif
 }
 
 static size_t kernel_scratch_floats(const mha__attention_desc *d) {
+#if defined(MHA_HAVE_AVX512_KERNELS)
+    if (use_avx512()) return mha__attn_fwd_avx512_scratch(d->T, d->HD);
+#endif
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (use_avx2()) return mha__attn_fwd_avx2_scratch(d->T, d->HD);
 #endif
@@ -171,7 +184,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 
     const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK;
     const int64_t ntasks = B * H * nqb;
-    const bool avx2 = use_avx2();
+    const bool avx512 = use_avx512(), avx2 = use_avx2();
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
@@ -207,12 +220,19 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
             a.drop = MHA_DROP_PHILOX;
         }
         float *s = (float *)(void *)(scratch + per * (size_t)tid);
+#if defined(MHA_HAVE_AVX512_KERNELS)
+        if (avx512) {
+            mha__attn_fwd_avx512(&a, s);
+            continue;
+        }
+#endif
 #if defined(MHA_HAVE_AVX2_KERNELS)
         if (avx2) {
             mha__attn_fwd_avx2(&a, s);
             continue;
         }
 #endif
+        (void)avx512;
         (void)avx2;
         mha__attn_fwd_ref(&a, s);
     }

@@ -20,18 +20,36 @@ static int detect_avx2(void) {
 #endif
 }
 
-/* -1: follow the environment; 0: auto; 1: reference. */
-static int isa_override = -1;
-
-bool mha__forced_ref(void) {
-    int o = __atomic_load_n(&isa_override, __ATOMIC_ACQUIRE);
-    if (o >= 0) return o == 1;
-    const char *env = getenv("MHA_ISA");
-    return env && strcmp(env, "ref") == 0;
+static int detect_avx512(void) {
+#if defined(MHA_HAVE_AVX512_KERNELS) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    /* Checks the OS saves the opmask and zmm state (XGETBV) too. */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
 }
 
+/* -1: follow the environment; 0: auto; 1: reference; 2: at most AVX2. */
+static int isa_override = -1;
+
+static int isa_setting(void) {
+    int o = __atomic_load_n(&isa_override, __ATOMIC_ACQUIRE);
+    if (o >= 0) return o;
+    const char *env = getenv("MHA_ISA");
+    if (env && strcmp(env, "ref") == 0) return 1;
+    if (env && strcmp(env, "avx2") == 0) return 2;
+    return 0;
+}
+
+bool mha__forced_ref(void) { return isa_setting() == 1; }
+
 static mha__isa_t detect(void) {
-    if (mha__forced_ref()) return MHA_ISA_REF;
+    const int s = isa_setting();
+    if (s == 1) return MHA_ISA_REF;
+    if (s != 2 && detect_avx512() && detect_avx2()) return MHA_ISA_AVX512;
     return detect_avx2() ? MHA_ISA_AVX2 : MHA_ISA_REF;
 }
 
@@ -53,14 +71,21 @@ mha_status mha_runtime_set_isa(const char *name) {
         __atomic_store_n(&isa_override, 1, __ATOMIC_RELEASE);
     else if (strcmp(name, "auto") == 0)
         __atomic_store_n(&isa_override, 0, __ATOMIC_RELEASE);
+    else if (strcmp(name, "avx2") == 0)
+        __atomic_store_n(&isa_override, 2, __ATOMIC_RELEASE);
     else
-        return mha__fail(MHA_ERR_ARGUMENT, "unknown ISA '%.40s' (expected ref or auto)", name);
+        return mha__fail(MHA_ERR_ARGUMENT, "unknown ISA '%.40s' (expected ref, avx2 or auto)",
+                         name);
     __atomic_store_n(&cached_isa, (int)detect(), __ATOMIC_RELEASE);
     return MHA_OK;
 }
 
 const char *mha_runtime_isa(void) {
-    return mha__isa() == MHA_ISA_AVX2 ? "avx2" : "ref";
+    switch (mha__isa()) {
+    case MHA_ISA_AVX512: return "avx512";
+    case MHA_ISA_AVX2: return "avx2";
+    default: return "ref";
+    }
 }
 
 const char *mha_runtime_blas(void) { return mha__blas_name(); }

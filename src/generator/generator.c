@@ -139,7 +139,7 @@ uint64_t mha_generator_random64(mha_generator *g) {
 /* True when the AVX2 kernels of mt_avx2.c are to be used for this call. */
 static inline bool use_avx2(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
-    return mha__isa() == MHA_ISA_AVX2;
+    return mha__isa() >= MHA_ISA_AVX2;
 #else
     return false;
 #endif

@@ -22,7 +22,7 @@ static inline bool mha__dropout_keep(mha_generator *g, double p) {
 float mha__dropout_scale(double p);
 
 /* ---- Bulk paths (bit-identical to the scalar calls above) --------------
- * Each picks its kernel per call: AVX2 when mha__isa() == MHA_ISA_AVX2
+ * Each picks its kernel per call: AVX2 when mha__isa() >= MHA_ISA_AVX2
  * (mt_avx2.c), else the portable scalar code; both give the same bits and
  * leave the generator in the same state. mha_runtime_set_isa("ref") forces
  * the scalar code, e.g. to compare the two in one process. */

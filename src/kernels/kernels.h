@@ -13,10 +13,13 @@
 
 /* ---- ISA selection ------------------------------------------------------ */
 
-typedef enum { MHA_ISA_REF = 0, MHA_ISA_AVX2 = 1 } mha__isa_t;
+/* Ordered: a higher ISA includes the lower ones, so "AVX2 code may run"
+ * is mha__isa() >= MHA_ISA_AVX2. */
+typedef enum { MHA_ISA_REF = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2 } mha__isa_t;
 
-/* Detected once (CPUID: AVX2 and FMA, and OS support for ymm state);
- * MHA_ISA=ref in the environment forces MHA_ISA_REF. Thread-safe. */
+/* Detected once (CPUID: AVX2 and FMA, AVX-512 F/BW/DQ/VL, and OS support
+ * for ymm/zmm state); MHA_ISA=ref in the environment forces MHA_ISA_REF,
+ * MHA_ISA=avx2 caps it at MHA_ISA_AVX2. Thread-safe. */
 mha__isa_t mha__isa(void);
 /* True when MHA_ISA=ref: every kernel, GEMM included, is the reference. */
 bool mha__forced_ref(void);
@@ -108,6 +111,14 @@ size_t mha__attn_fwd_avx2_scratch(int64_t T, int64_t HD);
 /* Fused flash-style kernel: online softmax over key tiles, tiles above the
  * diagonal skipped, only the diagonal tile masked. No GENERATOR mode. */
 void mha__attn_fwd_avx2(const mha__attn_args *a, float *scratch);
+#endif
+
+#if defined(MHA_HAVE_AVX512_KERNELS)
+size_t mha__attn_fwd_avx512_scratch(int64_t T, int64_t HD);
+/* mha__attn_fwd_avx2's contract and design on AVX-512 (F/BW/DQ/VL): zmm
+ * lanes, larger register tiles. No GENERATOR mode (delegated to the
+ * reference). Call only when mha__isa() == MHA_ISA_AVX512. */
+void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
 #endif
 
 #endif
