@@ -197,10 +197,11 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
             draw_order_head(d, task / nqb, &b, &h);
             qb = nqb - 1 - task % nqb;
         } else {
-            /* Costliest first: with a causal mask the last query blocks
-             * see the most keys, so hand them out before the cheap ones. */
-            const int64_t bh = task % (B * H);
-            qb = nqb - 1 - task / (B * H);
+            /* Head by head, so a head's K and V stay in cache across its
+             * query blocks; within a head the costliest (last) blocks
+             * first, so the cheap ones even out the threads at the end. */
+            const int64_t bh = task / nqb;
+            qb = nqb - 1 - task % nqb;
             b = bh / H;
             h = bh % H;
         }
