@@ -80,16 +80,18 @@ def main():
         keep(("sgemm", None), timeit(lambda: a @ w.t(), args.repeat))
         for b, t in shapes:
             x = torch.rand(b, t, E)
+            # more calls for the short shapes, so each measurement spans ~1 s
+            rep = args.repeat * max(1, 8192 // (b * t) // 2)
             if not args.skip_torch:
                 causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
                 with torch.no_grad():
-                    keep(("book", (b, t)), timeit(lambda: book_m(x), args.repeat))
-                    keep(("nn", (b, t)), timeit(lambda: nn_m(x, x, x, attn_mask=causal, need_weights=False), args.repeat))
+                    keep(("book", (b, t)), timeit(lambda: book_m(x), rep))
+                    keep(("nn", (b, t)), timeit(lambda: nn_m(x, x, x, attn_mask=causal, need_weights=False), rep))
             # Let torch's worker threads go idle (OpenMP and OpenBLAS spin for
             # a while after work) so they do not steal cycles from mha.
             time.sleep(1.0)
             out = subprocess.run([args.mha, "bench", "--batch", str(b), "--tokens", str(t), "--threads", str(args.threads),
-                                  "--repeat", str(args.repeat), "--json", "--no-check"],
+                                  "--repeat", str(rep), "--json", "--no-check"],
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             keep(("mha", (b, t)), (r["min_ms"], r["median_ms"]))
