@@ -401,8 +401,13 @@ mha_status mha_module_load(const char *path, mha_module **out);
  * environment forces the portable reference kernels, MHA_ISA=avx2 the AVX2
  * kernels even on an AVX-512 CPU. */
 const char *mha_runtime_isa(void);
-/* Projection GEMMs: "openblas", "builtin" (no BLAS in the build) or "ref"
- * (MHA_ISA=ref). */
+/* Projection GEMMs: "openblas (<its kernel name>)", "builtin" (no BLAS in
+ * the build, or libopenblas.so.0 not loadable) or "ref" (MHA_ISA=ref).
+ * OpenBLAS is loaded at first use; unless they are already set, mha sets
+ * OPENBLAS_CORETYPE (from the CPU's features: OpenBLAS 0.3.21 runs SSE3
+ * kernels on CPUs it does not recognise) and OPENBLAS_NUM_THREADS=1 first,
+ * and calls it single-threaded from its own OpenMP threads. In a process
+ * that uses OpenBLAS elsewhere too, that makes OpenBLAS single-threaded. */
 const char *mha_runtime_blas(void);
 /* Threads compute calls use (OpenMP's count; 1 without OpenMP). */
 int mha_runtime_threads(void);
