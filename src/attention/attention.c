@@ -1,5 +1,6 @@
 /* attention.c — runs one attention kernel per (batch, head, query block),
- * in parallel, costliest blocks first. The result of every row is computed
+ * in parallel: head by head, the costliest (last) query blocks of a head
+ * first. The result of every row is computed
  * by one kernel call with key tiles at fixed positions, so it does not
  * depend on the number of threads. */
 #include "attention.h"
@@ -61,16 +62,21 @@ static bool torch_mask_as_bits(const mha__attention_desc *d) {
     return d->dropout == MHA_DROPOUT_TORCH && use_avx2();
 }
 
+/* 64-bit words of mask bits for all heads; 0 on overflow. */
 static size_t keep_words(const mha__attention_desc *d) {
-    return (size_t)d->B * (size_t)d->H * (size_t)d->T * (((size_t)d->T + 63u) / 64u);
+    size_t n;
+    if (!mha__mul_size((size_t)d->B, (size_t)d->H, &n) || !mha__mul_size(n, (size_t)d->T, &n) ||
+        !mha__mul_size(n, ((size_t)d->T + 63u) / 64u, &n))
+        return 0;
+    return n;
 }
 
 size_t mha__attention_workspace(const mha__attention_desc *d) {
     size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float)), total;
     if (!mha__mul_size(per, (size_t)max_threads(), &total)) return 0;
     if (torch_mask_as_bits(d)) {
-        size_t bits;
-        if (!mha__mul_size(keep_words(d), sizeof(uint64_t), &bits) ||
+        size_t bits, words = keep_words(d);
+        if (words == 0 || !mha__mul_size(words, sizeof(uint64_t), &bits) ||
             !mha__add_size(total, mha__align64(bits), &total))
             return 0;
     }
@@ -157,17 +163,17 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 
     if (d->dropout == MHA_DROPOUT_TORCH && !torch_mask_as_bits(d)) {
         /* Reference path: draw while computing, heads in PyTorch's order. */
-        const int64_t outer = d->heads_outer ? H : B, inner = d->heads_outer ? B : H;
-        for (int64_t o = 0; o < outer; o++)
-            for (int64_t n = 0; n < inner; n++) {
-                mha__attn_args a = {0};
-                fill_head(d, &a, d->heads_outer ? n : o, d->heads_outer ? o : n);
-                a.drop = MHA_DROP_GENERATOR;
-                a.gen = d->gen;
-                a.q_begin = 0;
-                a.q_end = T;
-                mha__attn_fwd_ref(&a, (float *)(void *)scratch);
-            }
+        for (int64_t n = 0; n < B * H; n++) {
+            int64_t b, h;
+            draw_order_head(d, n, &b, &h);
+            mha__attn_args a = {0};
+            fill_head(d, &a, b, h);
+            a.drop = MHA_DROP_GENERATOR;
+            a.gen = d->gen;
+            a.q_begin = 0;
+            a.q_end = T;
+            mha__attn_fwd_ref(&a, (float *)(void *)scratch);
+        }
         return MHA_OK;
     }
 
