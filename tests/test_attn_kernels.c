@@ -17,6 +17,7 @@
  *     causal, keys at or after q_end are not read; O written over Q
  *     (o == q, ldo == ldq) gives the same bits as a separate O.
  * Exits non-zero on any failure. */
+#include "test_util.h"
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
 #if defined(MHA_HAVE_AVX2_KERNELS)
@@ -31,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_pass, n_fail;
 static double worst_ref, worst_lse_ref;
 
 /* The fast kernels under test (those compiled and supported by this CPU). */
@@ -44,17 +44,6 @@ typedef struct {
 static fast_kernel fast[2];
 static int n_fast;
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (cond) {                                                                              \
-            n_pass++;                                                                            \
-        } else {                                                                                 \
-            n_fail++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                          \
-            printf(__VA_ARGS__);                                                                 \
-            printf("\n");                                                                        \
-        }                                                                                        \
-    } while (0)
 
 /* ---- deterministic random numbers (splitmix64) -------------------------- */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -634,6 +623,6 @@ int main(void) {
         printf("max |o_%s - o_ref| / max(1, max|o_ref|) = %.3g, max |lse diff| = %.3g\n",
                fast[kf].name, fast[kf].worst, fast[kf].worst_lse);
     printf("max |o_ref - o_naive| = %.3g, max |lse diff| = %.3g\n", worst_ref, worst_lse_ref);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail == 0 ? 0 : 1;
+    printf("%d passed, %d failed\n", t_pass, t_fail);
+    return t_fail == 0 ? 0 : 1;
 }

@@ -2,6 +2,7 @@
  * vectors of docs/torch-generator-vectors.txt (hard-coded below, bit for
  * bit, both kernel variants where they differ), plus draw counts, the
  * double-normal cache, seeding rules and argument errors. */
+#include "test_util.h"
 #include "generator/generator.h"
 #include "mha.h"
 
@@ -10,19 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
 
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (cond) {                                              \
-            passed++;                                            \
-        } else {                                                 \
-            failed++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-            printf(__VA_ARGS__);                                 \
-            putchar('\n');                                       \
-        }                                                        \
-    } while (0)
 
 static uint32_t bits(float f) {
     uint32_t b;
@@ -61,7 +50,7 @@ static mha_generator *fresh(uint64_t seed, mha_rng_variant v) {
     mha_generator *g = NULL;
     if (mha_generator_create(seed, &g) != MHA_OK) {
         printf("FAIL: mha_generator_create: %s\n", mha_last_error());
-        failed++;
+        t_fail++;
         return NULL;
     }
     mha_generator_set_variant(g, v);
@@ -749,6 +738,6 @@ int main(void) {
         test_dropout();
     }
     mha_runtime_set_isa("auto");
-    printf("test_generator: %d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    printf("test_generator: %d passed, %d failed\n", t_pass, t_fail);
+    return t_fail == 0 ? 0 : 1;
 }

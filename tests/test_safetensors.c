@@ -1,5 +1,6 @@
 /* test_safetensors.c — the safetensors reader's validation rules, the
  * writer, dtype conversion, and module save/load. */
+#include "test_util.h"
 #include "mha.h"
 
 #include <dirent.h>
@@ -12,19 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int n_pass, n_fail;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (cond) {                                                            \
-            n_pass++;                                                          \
-        } else {                                                               \
-            n_fail++;                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                        \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
 
 /* ------------------------------------------------------------------------ */
 /* Building files in memory                                                  */
@@ -1183,6 +1172,6 @@ int main(void) {
     test_corpus();
     test_locale();
     rmdir(tmpdir);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    printf("%d passed, %d failed\n", t_pass, t_fail);
+    return t_fail ? 1 : 0;
 }
