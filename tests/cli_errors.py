@@ -34,15 +34,6 @@ SHAPE = r"shape|dim|rank|axes|axis|\d-?d\b"
 NONFINITE = r"nan|finite|inf"
 
 
-def find_bin(cli):
-    if os.environ.get("MHA_BIN"):
-        return os.environ["MHA_BIN"]
-    if cli:
-        return cli
-    for p in sorted(glob.glob(os.path.join(HERE, "..", "build*", "mha"))):
-        if os.access(p, os.X_OK):
-            return os.path.abspath(p)
-    return None
 
 
 class Suite:
@@ -228,7 +219,7 @@ def main():
     ap.add_argument("--bin", default=None)
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
-    binary = find_bin(a.bin)
+    binary = st.find_bin(a.bin)
     if not binary or not os.access(binary, os.X_OK):
         print("error: no mha binary (set MHA_BIN or --bin)")
         print("0 passed, 1 failed")

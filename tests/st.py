@@ -124,3 +124,18 @@ def read(path):
     with open(path, "rb") as f:
         t, m, _ = parse(f.read())
     return t, m
+
+
+def find_bin(cli=None):
+    """The mha binary: $MHA_BIN (set by ctest), then cli, then build*/mha."""
+    import glob
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.environ.get("MHA_BIN"):
+        return os.environ["MHA_BIN"]
+    if cli:
+        return cli
+    for p in sorted(glob.glob(os.path.join(here, "..", "build*", "mha"))):
+        if os.access(p, os.X_OK):
+            return os.path.abspath(p)
+    return None

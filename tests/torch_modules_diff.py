@@ -146,15 +146,6 @@ def describe(c):
 # helpers
 # --------------------------------------------------------------------------
 
-def find_bin(cli):
-    if os.environ.get("MHA_BIN"):
-        return os.environ["MHA_BIN"]
-    if cli:
-        return cli
-    for p in sorted(glob.glob(os.path.join(HERE, "..", "build*", "mha"))):
-        if os.access(p, os.X_OK):
-            return os.path.abspath(p)
-    return None
 
 
 def run(cmd):
@@ -388,7 +379,7 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
     count = a.count if a.count is not None else (20 if a.quick else 60)
-    binary = find_bin(a.bin)
+    binary = st.find_bin(a.bin)
     if not binary or not os.access(binary, os.X_OK):
         print("error: no mha binary (set MHA_BIN or --bin)")
         print("0 passed, 1 failed")
