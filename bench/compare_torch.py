@@ -6,6 +6,11 @@ For each (b, T) it times, on the same machine in the same process tree:
   - nn.MultiheadAttention(768, 12, batch_first=True) with a causal mask,
     need_weights=False (PyTorch's fused/fast path where it applies),
   - `mha bench --json` (this project),
+  - with --ort: ONNX Runtime's fused causal Attention (com.microsoft::Attention,
+    unidirectional=1, + out_proj), from onnxruntime-node installed with
+      npm install --prefix bench/.ort --ignore-scripts onnxruntime-node@1.30.0
+    (--ignore-scripts: its install script fetches GPU binaries; the CPU ones
+    ship in the package),
 and prints milliseconds (min and median of --repeat runs), the ratios, and
 the physical bound: useful FLOPs (4 projections + the causal half of QK^T
 and PV) divided by the sgemm throughput measured here in the same run.
@@ -48,6 +53,56 @@ def timeit(fn, repeat, warmup=2):
     return min(ts), statistics.median(ts)
 
 
+class _AttentionOp(torch.autograd.Function):
+    """Stands for ONNX Runtime's fused Attention op in the exported graph."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        return x.clone()  # only the exported graph is run
+
+    @staticmethod
+    def symbolic(g, x, w, b):
+        return g.op("com.microsoft::Attention", x, w, b, num_heads_i=12, unidirectional_i=1)
+
+
+class _FusedForOrt(nn.Module):
+    """The book's MultiHeadAttention as ORT's fused Attention + out_proj."""
+
+    def __init__(self, m):
+        super().__init__()
+        w = torch.cat([m.W_query.weight, m.W_key.weight, m.W_value.weight], 0).t().contiguous()
+        self.w = nn.Parameter(w)                      # (768, 2304)
+        self.b = nn.Parameter(torch.zeros(w.shape[1]))  # qkv_bias=False
+        self.out_proj = m.out_proj
+
+    def forward(self, x):
+        return self.out_proj(_AttentionOp.apply(x, self.w, self.b))
+
+
+def ort_times(args, book_m, tmpdir, shapes):
+    """{(b, t): (min, median)} from ONNX Runtime, or None when not installed."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    mods = os.path.join(args.ort_dir, "node_modules")
+    if not os.path.isdir(os.path.join(mods, "onnxruntime-node")):
+        return None
+    model = os.path.join(tmpdir, "fused.onnx")
+    if not os.path.exists(model):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(_FusedForOrt(book_m).eval(), (torch.rand(1, 8, 768),), model, input_names=["x"],
+                              output_names=["y"], dynamic_axes={"x": {0: "b", 1: "t"}, "y": {0: "b", 1: "t"}},
+                              opset_version=14, custom_opsets={"com.microsoft": 1})
+    out = subprocess.run(["node", os.path.join(here, "ort_bench.js"), model, str(args.threads), str(args.repeat),
+                          ",".join(f"{b}x{t}" for b, t in shapes)],
+                         capture_output=True, text=True, check=True, env=dict(os.environ, NODE_PATH=mods))
+    res = {}
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        res[(r["b"], r["t"])] = (r["min_ms"], r["median_ms"])
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +112,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the minimum over all is kept")
     ap.add_argument("--shapes", default="8x1024,1x1024,8x256")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--ort", action="store_true", help="also time ONNX Runtime's fused Attention (see above)")
+    ap.add_argument("--ort-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ort"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     E, H = 768, 12
@@ -68,6 +125,9 @@ def main():
     book_m = MultiHeadAttention(E, E, 1024, 0.0, H).eval()
     nn_m = nn.MultiheadAttention(E, H, bias=True, batch_first=True).eval()
     best = {}  # (what, shape) -> [min, list of medians]
+    import tempfile
+    tmpdir = tempfile.mkdtemp(prefix="mha_compare_")
+    have_ort = False
 
     def keep(key, res):
         mn, med = res
@@ -95,6 +155,16 @@ def main():
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             keep(("mha", (b, t)), (r["min_ms"], r["median_ms"]))
+        if args.ort:
+            time.sleep(1.0)
+            ort = ort_times(args, book_m, tmpdir, shapes)
+            if ort is None:
+                print(f"--ort: onnxruntime-node not found under {args.ort_dir} (see --help)", file=sys.stderr)
+                args.ort = False
+            else:
+                have_ort = True
+                for shape, r in ort.items():
+                    keep(("ort", shape), r)
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
 
     sgemm_gflops = 2 * 8192 * E * 3 * E / (best[("sgemm", None)][0] * 1e6)
@@ -102,7 +172,8 @@ def main():
           f"mha: {subprocess.run([args.mha, '--version'], capture_output=True, text=True).stdout.strip()}")
     print(f"sgemm throughput here: {sgemm_gflops:.1f} GFLOP/s (8192x768 @ 768x2304, best of {args.rounds}x{args.repeat})")
     print()
-    hdr = f"{'(b, T)':>10} | {'torch book':>16} | {'nn.MHA':>16} | {'mha':>16} | {'book/mha':>8} | {'nn/mha':>6} | {'bound':>8} | {'bound/mha':>9}"
+    hdr = (f"{'(b, T)':>10} | {'torch book':>16} | {'nn.MHA':>16} | {'ORT fused':>16} | {'mha':>16} | {'book/mha':>8} |"
+           f" {'nn/mha':>6} | {'ORT/mha':>7} | {'bound':>8} | {'bound/mha':>9}")
     print(hdr)
     print("-" * len(hdr))
     results = []
@@ -111,12 +182,16 @@ def main():
         flops = 4 * 2 * b * t * E * E + 4 * b * H * (t * (t + 1) / 2) * (E // H)
         bound = flops / (sgemm_gflops * 1e6)
         book, nn_, ours = best.get(("book", (b, t)), nan), best.get(("nn", (b, t)), nan), best[("mha", (b, t))]
+        ort = best.get(("ort", (b, t)), nan)
         fmt = lambda p: f"{p[0]:7.1f} ({statistics.median(p[1]):6.1f})"
-        print(f"{f'({b}, {t})':>10} | {fmt(book)} | {fmt(nn_)} | {fmt(ours)} | {book[0] / ours[0]:7.2f}x | {nn_[0] / ours[0]:5.2f}x"
-              f" | {bound:6.1f}ms | {bound / ours[0]:9.2f}")
-        results.append(dict(b=b, t=t, torch_book_min_ms=book[0], nn_mha_min_ms=nn_[0], mha_min_ms=ours[0], bound_ms=bound))
+        print(f"{f'({b}, {t})':>10} | {fmt(book)} | {fmt(nn_)} | {fmt(ort)} | {fmt(ours)} | {book[0] / ours[0]:7.2f}x |"
+              f" {nn_[0] / ours[0]:5.2f}x | {ort[0] / ours[0]:6.2f}x | {bound:6.1f}ms | {bound / ours[0]:9.2f}")
+        results.append(dict(b=b, t=t, torch_book_min_ms=book[0], nn_mha_min_ms=nn_[0], ort_fused_min_ms=ort[0],
+                            mha_min_ms=ours[0], bound_ms=bound))
     print("\nms as min over all rounds (median of the rounds' medians); ratios and bound/mha from the minima;")
     print("bound = useful FLOPs (4 projections + causal half of QK^T and PV) / the sgemm throughput above.")
+    if not have_ort:
+        print("ORT: not measured (run with --ort after installing onnxruntime-node, see --help).")
     print(json.dumps({"sgemm_gflops": sgemm_gflops, "results": results}))
 
 
