@@ -228,9 +228,11 @@ int64_t mha_module_param_scalars(const mha_module *m);
 /* ERR_NONFINITE when any parameter holds NaN or infinity (detail names it). */
 mha_status mha_module_check_finite(const mha_module *m);
 
-/* Bytes of scratch mha_module_forward needs for (B, T). Depends on the
- * shape and on whether dropout will be drawn, never on T*T. 0 and the
- * error detail set on invalid sizes (check with mha_module_forward). */
+/* Bytes of scratch mha_module_forward needs for (B, T) with the current
+ * thread count. In eval mode it is linear in B*T (the packed Q/K/V plus
+ * per-thread tiles), never T*T; training with PyTorch's dropout mask adds
+ * B*H*T*T bits for the fast kernels (see mha_dropout_rng). 0 on invalid
+ * sizes (mha_module_forward then names the problem). */
 size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T,
                                  int training);
 

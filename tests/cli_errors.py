@@ -9,7 +9,6 @@ Usage: cli_errors.py [--bin PATH] [-v]   (binary: $MHA_BIN, else --bin,
 else ../build*/mha). Run with Debian's /usr/bin/python3.
 """
 import argparse
-import glob
 import json
 import os
 import random

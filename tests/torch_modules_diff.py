@@ -20,7 +20,6 @@ Run with Debian's /usr/bin/python3 (python3-torch 1.13.1). The binary is
 $MHA_BIN (set by ctest), else --bin, else ../build*/mha.
 """
 import argparse
-import glob
 import os
 import random
 import subprocess
