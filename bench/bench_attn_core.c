@@ -144,14 +144,12 @@ int main(int argc, char **argv) {
     } kernel;
     kernel ks[3];
     int nk = 0;
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    if (mha__isa() >= MHA_ISA_AVX2)
-        ks[nk++] = (kernel){"avx2", mha__attn_fwd_avx2, mha__attn_fwd_avx2_scratch};
-#endif
-#if defined(MHA_HAVE_AVX512_KERNELS)
-    if (mha__isa() >= MHA_ISA_AVX512)
-        ks[nk++] = (kernel){"avx512", mha__attn_fwd_avx512, mha__attn_fwd_avx512_scratch};
-#endif
+    /* every fused kernel this CPU runs, as far as MHA_ISA allows */
+    const mha__isa_t cap = mha__kernels_active()->isa;
+    for (int i = MHA_ISA_AVX2; i <= (int)cap; i++) {
+        const mha__kernels *t = mha__kernels_get((mha__isa_t)i);
+        if (t) ks[nk++] = (kernel){t->name, t->attn_fwd, t->attn_fwd_scratch};
+    }
     if (nk == 0) ks[nk++] = (kernel){"ref", mha__attn_fwd_ref, mha__attn_fwd_ref_scratch};
     static const shape shapes[] = {{1, 1024, 12, 64}, {8, 256, 12, 64}, {8, 1024, 12, 64}};
     static const int threads[] = {1, 2};

@@ -170,7 +170,7 @@ int mha_cli_bench(int argc, char **argv) {
         mha_runtime_set_isa("ref");
         mha_generator_manual_seed(g, 123);
         if (mha_module_forward_ex(m, yr, x, 1, T, &o, NULL, 0) != MHA_OK) cli_die("reference: %s", mha_last_error());
-        mha_runtime_set_isa(strcmp(prev, "avx2") == 0 ? "avx2" : "auto");
+        if (mha_runtime_set_isa(prev) != MHA_OK) cli_die("%s", mha_last_error());
         max_err = 0.0;
         for (int64_t i = 0; i < T * W; i++) {
             max_err = fmax(max_err, fabs((double)yr[i] - (double)y[i]));

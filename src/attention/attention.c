@@ -27,39 +27,18 @@ static int max_threads(void) {
 #endif
 }
 
-/* Which fused kernel: AVX-512 where the CPU has it (and MHA_ISA does not cap
- * it), else AVX2; use_avx2() means "AVX2 or better", i.e. a fused kernel. */
-static bool use_avx512(void) {
-#if defined(MHA_HAVE_AVX512_KERNELS)
-    return mha__isa() == MHA_ISA_AVX512;
-#else
-    return false;
-#endif
-}
-
-static bool use_avx2(void) {
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    return mha__isa() >= MHA_ISA_AVX2;
-#else
-    return false;
-#endif
-}
-
 static size_t kernel_scratch_floats(const mha__attention_desc *d) {
-#if defined(MHA_HAVE_AVX512_KERNELS)
-    if (use_avx512()) return mha__attn_fwd_avx512_scratch(d->T, d->HD);
-#endif
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    if (use_avx2()) return mha__attn_fwd_avx2_scratch(d->T, d->HD);
-#endif
-    return mha__attn_fwd_ref_scratch(d->T, d->HD);
+    return mha__kernels_active()->attn_fwd_scratch(d->T, d->HD);
 }
+
+/* A fused (flash) kernel is in use: every table's but the reference's. */
+static bool fused(void) { return mha__kernels_active()->isa != MHA_ISA_REF; }
 
 /* The PyTorch mask is drawn serially; the fast path draws it into bits
  * first (B*H*T*ceil(T/64) words, training mode only), the reference path
  * draws while it computes, row by row. */
 static bool torch_mask_as_bits(const mha__attention_desc *d) {
-    return d->dropout == MHA_DROPOUT_TORCH && use_avx2();
+    return d->dropout == MHA_DROPOUT_TORCH && fused();
 }
 
 /* 64-bit words of mask bits for all heads; 0 on overflow. */
@@ -190,7 +169,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 
     const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK;
     const int64_t ntasks = B * H * nqb;
-    const bool avx512 = use_avx512(), avx2 = use_avx2();
+    const mha__kernels *k = mha__kernels_active();
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif
@@ -226,22 +205,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
         } else if (d->dropout == MHA_DROPOUT_PHILOX) {
             a.drop = MHA_DROP_PHILOX;
         }
-        float *s = (float *)(void *)(scratch + per * (size_t)tid);
-#if defined(MHA_HAVE_AVX512_KERNELS)
-        if (avx512) {
-            mha__attn_fwd_avx512(&a, s);
-            continue;
-        }
-#endif
-#if defined(MHA_HAVE_AVX2_KERNELS)
-        if (avx2) {
-            mha__attn_fwd_avx2(&a, s);
-            continue;
-        }
-#endif
-        (void)avx512;
-        (void)avx2;
-        mha__attn_fwd_ref(&a, s);
+        k->attn_fwd(&a, (float *)(void *)(scratch + per * (size_t)tid));
     }
 #if defined(MHA_HAVE_OPENMP)
     if (md.bits) omp_destroy_lock(&md.lock);

@@ -1,5 +1,5 @@
 /* attention.h — multi-head causal attention over a packed QKV buffer: the
- * layer the modules call. Picks the kernel (reference or AVX2), splits the
+ * layer the modules call. Takes the kernel from the dispatch table, splits the
  * work over threads and draws dropout masks. */
 #ifndef MHA_ATTENTION_H
 #define MHA_ATTENTION_H

@@ -36,6 +36,14 @@ void *mha__alloc(size_t bytes);
 void *mha__calloc(size_t bytes);
 void mha__free(void *p);
 
+/* CPU features, detected once (thread-safe) including the OS's support for
+ * the register state (XGETBV). The only place that asks the CPU. */
+typedef struct {
+    bool avx2;   /* AVX2 and FMA */
+    bool avx512; /* AVX-512 F, BW, DQ and VL (and AVX2/FMA) */
+} mha__cpu_features;
+const mha__cpu_features *mha__cpu(void);
+
 /* Round up to a multiple of 64 (bytes), for carving workspaces. */
 static inline size_t mha__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
 

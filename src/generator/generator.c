@@ -12,7 +12,7 @@
  * Bulk paths (same bits, same generator state as the scalar calls): raw
  * draws n at a time (mha__generator_random_bulk) and dropout keep bits
  * (mha__generator_keep_bits), with AVX2 kernels in mt_avx2.c chosen per
- * call by mha__isa(); mha_generator_dropout runs on them.
+ * call by the dispatch table; mha_generator_dropout runs on them.
  *
  * Exactness rules: the library is compiled with -ffp-contract=off, so every
  * a*b+c below is rounded twice unless written as fmaf(a, b, c), which is how
@@ -136,42 +136,17 @@ uint64_t mha_generator_random64(mha_generator *g) {
 /* Bulk draws                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* True when the AVX2 kernels of mt_avx2.c are to be used for this call. */
-static inline bool use_avx2(void) {
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    return mha__isa() >= MHA_ISA_AVX2;
-#else
-    return false;
-#endif
-}
+/* The portable bulk kernels (the reference table's; mt_avx2.c has the
+ * AVX2 ones, kernels/dispatch.c picks). */
+void mha__mt_twist_ref(uint32_t *st) { mt_twist(st); }
 
-static void mt_temper_run(const uint32_t *restrict src, uint32_t *restrict dst, size_t n) {
+void mha__mt_temper_ref(const uint32_t *restrict src, uint32_t *restrict dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = mt_temper(src[i]);
 }
 
-static void mt_twist_temper(uint32_t *st, uint32_t *dst) {
+void mha__mt_twist_temper_ref(uint32_t *st, uint32_t *dst) {
     mt_twist(st);
-    mt_temper_run(st, dst, MT_N);
-}
-
-/* The three steps of a bulk draw; one table per ISA, same results. */
-typedef struct {
-    void (*twist)(uint32_t *st);
-    void (*temper)(const uint32_t *src, uint32_t *dst, size_t n);
-    void (*twist_temper)(uint32_t *st, uint32_t *dst); /* twist, temper all 624 */
-} mt_kernels;
-
-static const mt_kernels MT_SCALAR = {mt_twist, mt_temper_run, mt_twist_temper};
-#if defined(MHA_HAVE_AVX2_KERNELS)
-static const mt_kernels MT_AVX2 = {mha__mt_twist_avx2, mha__mt_temper_avx2,
-                                   mha__mt_twist_temper_avx2};
-#endif
-
-static const mt_kernels *mt_kernels_now(void) {
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    if (use_avx2()) return &MT_AVX2;
-#endif
-    return &MT_SCALAR;
+    mha__mt_temper_ref(st, dst, MT_N);
 }
 
 /* mt_next's bookkeeping, n at a time. Between twists the words still to be
@@ -183,10 +158,10 @@ static const mt_kernels *mt_kernels_now(void) {
  * either kind twists. */
 void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
     if (g == NULL || n == 0) return;
-    const mt_kernels *k = mt_kernels_now();
+    const mha__kernels *k = mha__kernels_active();
     size_t take = (size_t)(g->left - 1);
     if (take > n) take = n;
-    k->temper(g->state + g->next, out, take);
+    k->mt_temper(g->state + g->next, out, take);
     g->next += (int)take;
     g->left -= (int)take;
     out += take;
@@ -194,10 +169,10 @@ void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
     while (n > 0) {
         const size_t m = n < MT_N ? n : MT_N;
         if (m == MT_N) {
-            k->twist_temper(g->state, out);
+            k->mt_twist_temper(g->state, out);
         } else {
-            k->twist(g->state);
-            k->temper(g->state, out, m);
+            k->mt_twist(g->state);
+            k->mt_temper(g->state, out, m);
         }
         g->next = (int)m;
         g->left = MT_N + 1 - (int)m;
@@ -232,7 +207,7 @@ uint64_t mha__u53_threshold(double q) {
     return (uint64_t)ceil(Q);
 }
 
-static void keep_bits_raw_scalar(const uint32_t *raw, size_t n, uint64_t threshold,
+void mha__keep_bits_raw_ref(const uint32_t *raw, size_t n, uint64_t threshold,
                                  uint64_t *bits) {
     for (size_t w = 0; w * 64 < n; w++) {
         const size_t m = n - w * 64 < 64 ? n - w * 64 : 64;
@@ -248,13 +223,7 @@ static void keep_bits_raw_scalar(const uint32_t *raw, size_t n, uint64_t thresho
 
 void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
                              uint64_t *bits) {
-#if defined(MHA_HAVE_AVX2_KERNELS)
-    if (use_avx2()) {
-        mha__keep_bits_raw_avx2(raw, n, threshold, bits);
-        return;
-    }
-#endif
-    keep_bits_raw_scalar(raw, n, threshold, bits);
+    mha__kernels_active()->keep_bits_raw(raw, n, threshold, bits);
 }
 
 /* Elements per chunk of keep_bits: a multiple of 64, so every chunk but the
@@ -495,6 +464,15 @@ void mha_generator_normal(mha_generator *g, float *out, size_t n, double mean, d
 
 /* ------------------------------------------------------------------------ */
 /* Dropout (section 5)                                                       */
+/* out[j] = in[j] * (bit j ? scale : 0): the reference table's dropout. */
+void mha__dropout_apply_ref(float *out, const float *in, const uint64_t *bits, size_t n,
+                            float scale) {
+    for (size_t j = 0; j < n; j++) {
+        const float noise = ((bits[j >> 6] >> (j & 63)) & 1u) ? scale : 0.0f;
+        out[j] = in[j] * noise;
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 
 float mha__dropout_scale(double p) {
@@ -529,22 +507,12 @@ mha_status mha_generator_dropout(mha_generator *g, float *out, const float *in, 
      * bits (mha__generator_keep_bits, the same draws in the same order),
      * then out[i] = in[i] * noise_i element by element, so in == out works. */
     const float scale = mha__dropout_scale(p);
-    const bool avx2 = use_avx2();
+    const mha__kernels *k = mha__kernels_active();
     uint64_t kb[KEEP_CHUNK / 64];
     for (size_t i = 0; i < n; i += KEEP_CHUNK) {
         const size_t m = n - i < KEEP_CHUNK ? n - i : KEEP_CHUNK;
         mha__generator_keep_bits(g, kb, m, p);
-#if defined(MHA_HAVE_AVX2_KERNELS)
-        if (avx2) {
-            mha__dropout_apply_avx2(out + i, in + i, kb, m, scale);
-            continue;
-        }
-#endif
-        (void)avx2;
-        for (size_t j = 0; j < m; j++) {
-            const float noise = ((kb[j >> 6] >> (j & 63)) & 1u) ? scale : 0.0f;
-            out[i + j] = in[i + j] * noise;
-        }
+        k->dropout_apply(out + i, in + i, kb, m, scale);
     }
     return MHA_OK;
 }

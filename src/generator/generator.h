@@ -22,10 +22,9 @@ static inline bool mha__dropout_keep(mha_generator *g, double p) {
 float mha__dropout_scale(double p);
 
 /* ---- Bulk paths (bit-identical to the scalar calls above) --------------
- * Each picks its kernel per call: AVX2 when mha__isa() >= MHA_ISA_AVX2
- * (mt_avx2.c), else the portable scalar code; both give the same bits and
- * leave the generator in the same state. mha_runtime_set_isa("ref") forces
- * the scalar code, e.g. to compare the two in one process. */
+ * Each runs the active dispatch table's kernels (kernels/kernels.h): the
+ * portable ones below or mt_avx2.c's; all give the same bits and leave the
+ * generator in the same state. */
 
 /* out[0..n) = n successive mha_generator_random(g) outputs; afterwards g is
  * exactly where those n calls would leave it (left/next included, so the
@@ -49,9 +48,16 @@ uint64_t mha__u53_threshold(double q);
 void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
                              uint64_t *bits);
 
+/* The bulk kernels of the dispatch table: the portable ones (generator.c)
+ * and, where built, the AVX2 ones (mt_avx2.c, compiled with -mavx2 -mfma;
+ * run only where the CPU has AVX2). Same contracts and bits. */
+void mha__mt_twist_ref(uint32_t *st);                                     /* st[624] */
+void mha__mt_temper_ref(const uint32_t *src, uint32_t *dst, size_t n);
+void mha__mt_twist_temper_ref(uint32_t *st, uint32_t *dst);               /* dst[624] */
+void mha__keep_bits_raw_ref(const uint32_t *raw, size_t n, uint64_t threshold, uint64_t *bits);
+void mha__dropout_apply_ref(float *out, const float *in, const uint64_t *bits, size_t n,
+                            float scale);
 #if defined(MHA_HAVE_AVX2_KERNELS)
-/* mt_avx2.c (compiled with -mavx2 -mfma; call only when mha__isa() says
- * AVX2). Same contracts as the scalar code in generator.c. */
 void mha__mt_twist_avx2(uint32_t *st);                                    /* st[624] */
 void mha__mt_temper_avx2(const uint32_t *src, uint32_t *dst, size_t n);
 void mha__mt_twist_temper_avx2(uint32_t *st, uint32_t *dst);              /* dst[624] */

@@ -1,5 +1,5 @@
 /* mt_avx2.c — AVX2 kernels of the generator's bulk paths (generator.c picks
- * them at run time with mha__isa(); the scalar versions there are the
+ * them at run time through the dispatch table; the scalar versions there are the
  * reference and give identical bits):
  *   - the mt19937 twist, 8 words at a time, in place;
  *   - the tempering of a run of state words;

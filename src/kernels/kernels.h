@@ -1,6 +1,7 @@
 /* kernels.h — the kernel contract. Every kernel here has a portable
  * reference version (the oracle, plain C) and may have ISA-specific versions
- * with the identical contract, chosen once at run time (mha__isa()).
+ * with the identical contract; the dispatch table at the end of this file
+ * holds the ones in use.
  * Kernels are single-threaded; callers split work across threads. */
 #ifndef MHA_KERNELS_H
 #define MHA_KERNELS_H
@@ -11,32 +12,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- ISA selection ------------------------------------------------------ */
+/* ---- ISA ---------------------------------------------------------------- */
 
-/* Ordered: a higher ISA includes the lower ones, so "AVX2 code may run"
- * is mha__isa() >= MHA_ISA_AVX2. */
-typedef enum { MHA_ISA_REF = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2 } mha__isa_t;
-
-/* Detected once (CPUID: AVX2 and FMA, AVX-512 F/BW/DQ/VL, and OS support
- * for ymm/zmm state); MHA_ISA=ref in the environment forces MHA_ISA_REF,
- * MHA_ISA=avx2 caps it at MHA_ISA_AVX2. Thread-safe. */
-mha__isa_t mha__isa(void);
-/* True when MHA_ISA=ref: every kernel, GEMM included, is the reference. */
-bool mha__forced_ref(void);
+/* Ordered: a higher ISA includes the lower ones. */
+typedef enum { MHA_ISA_REF = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2, MHA_ISA_COUNT = 3 } mha__isa_t;
 
 /* ---- GEMM --------------------------------------------------------------- */
 
 /* Row-major C (M, N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T.
  * A is (M, K) (or (K, M) when trans_a), B is (K, N) (or (N, K) when
  * trans_b). beta == 0 means C is write-only (never read, NaN-safe).
- * mha__sgemm dispatches to CBLAS when built with it (and not forced to
- * ref), else to the builtin kernels. May use several threads itself: call
- * it outside OpenMP parallel regions. */
+ * mha__sgemm cuts C into tiles whose sizes depend on (M, N, K) only, never
+ * on the thread count, and computes each tile with one single-threaded call
+ * of the active table's gemm (the backend, or the reference loops), tiles
+ * dealt to OpenMP threads: every element of C gets the same bits whatever
+ * the thread count. Call it outside OpenMP parallel regions (inside one it
+ * runs on the calling thread alone, with the same tiles). */
 void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc);
-/* "openblas (Haswell)", "builtin" or "ref": what mha__sgemm runs on. */
-const char *mha__blas_name(void);
 /* C (M, N) = op(A) op(B) + bias, bias (N) broadcast over the rows (NULL:
  * none). The bias is written first and accumulated into, saving a pass. */
 void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -47,6 +41,18 @@ void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N,
                     int64_t K, float alpha, const float *A, int64_t lda,
                     const float *B, int64_t ldb, float beta, float *C,
                     int64_t ldc);
+/* The GEMM backend of this build on one thread: oneDNN, OpenBLAS (loaded at
+ * first use) or the builtin kernel; the fast tables' gemm. */
+void mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *A, int64_t lda, const float *B,
+                        int64_t ldb, float beta, float *C, int64_t ldc);
+/* What mha__sgemm_backend runs, e.g. "onednn 2.6.3 (avx2)", "openblas
+ * 0.3.21 (Haswell)", "builtin". Loads the backend if needed. */
+const char *mha__sgemm_backend_name(void);
+/* Called once by the dispatch before the backend's first use when the
+ * kernels are capped at AVX2 (MHA_ISA=avx2): the backend then runs its
+ * AVX2 code too where it can be told so (oneDNN). */
+void mha__sgemm_backend_cap_avx2(void);
 
 /* ---- Attention core ----------------------------------------------------- */
 
@@ -117,8 +123,49 @@ void mha__attn_fwd_avx2(const mha__attn_args *a, float *scratch);
 size_t mha__attn_fwd_avx512_scratch(int64_t T, int64_t HD);
 /* mha__attn_fwd_avx2's contract and design on AVX-512 (F/BW/DQ/VL): zmm
  * lanes, larger register tiles. No GENERATOR mode (delegated to the
- * reference). Call only when mha__isa() == MHA_ISA_AVX512. */
+ * reference). Call only where the CPU has AVX-512 (the dispatch table). */
 void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
 #endif
+
+/* ---- The dispatch table -------------------------------------------------
+ * One table per ISA (BLIS's context pattern): the reference table holds the
+ * portable kernels; each ISA's table starts as a copy of the one below it
+ * and overrides what that ISA has (dispatch.c). Built once (pthread_once) from the CPU features detected
+ * once in common/ and MHA_ISA read once; every caller then takes its kernels
+ * from mha__kernels_active(). Nothing else tests the CPU or the ISA. */
+
+/* One GEMM on one thread (mha__sgemm's contract, alpha/beta form). */
+typedef void (*mha__gemm_fn)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             float alpha, const float *A, int64_t lda, const float *B,
+                             int64_t ldb, float beta, float *C, int64_t ldc);
+
+typedef struct mha__kernels {
+    mha__isa_t isa;
+    const char *name; /* "ref", "avx2", "avx512": what mha_runtime_isa() says */
+    /* attention forward (mha__attn_args) and its per-call scratch floats */
+    void (*attn_fwd)(const mha__attn_args *a, float *scratch);
+    size_t (*attn_fwd_scratch)(int64_t T, int64_t HD);
+    /* mt19937 bulk steps (generator.c): twist st[624]; temper n words;
+     * twist then temper all 624 into dst */
+    void (*mt_twist)(uint32_t *st);
+    void (*mt_temper)(const uint32_t *src, uint32_t *dst, size_t n);
+    void (*mt_twist_temper)(uint32_t *st, uint32_t *dst);
+    /* dropout: keep bits from raw draws (mha__keep_bits_from_raw's
+     * contract); out = in * (bit ? scale : 0) */
+    void (*keep_bits_raw)(const uint32_t *raw, size_t n, uint64_t threshold, uint64_t *bits);
+    void (*dropout_apply)(float *out, const float *in, const uint64_t *bits, size_t n,
+                          float scale);
+    /* the projection GEMM on one thread: the reference loops in the
+     * reference table, the GEMM backend (gemm.c) in the others */
+    mha__gemm_fn gemm;
+} mha__kernels;
+
+/* The kernels in use (the best the CPU has, capped by MHA_ISA read once at
+ * first use, or as mha_runtime_set_isa chose). Never NULL; thread-safe. */
+const mha__kernels *mha__kernels_active(void);
+/* The table of one ISA, or NULL when this build or this CPU lacks it: for
+ * tests and benchmarks that compare kernels without switching the active
+ * ones. */
+const mha__kernels *mha__kernels_get(mha__isa_t isa);
 
 #endif
