@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build mha (and, with
 # --test, to run its tests against PyTorch). Installs only what is missing.
 set -euo pipefail
-pkgs=(gcc make cmake pkg-config libcjson-dev libopenblas-dev)
+pkgs=(gcc make cmake pkg-config libcjson-dev libdnnl-dev libopenblas-dev)
 if [ "${1:-}" = "--test" ]; then
   pkgs+=(python3 python3-torch python3-numpy)
 fi

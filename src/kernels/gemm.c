@@ -1,11 +1,18 @@
 /* gemm.c — the projection GEMMs.
  *
- * Backends: OpenBLAS (loaded at first use, see load_openblas) or the
- * portable builtin kernel; MHA_ISA=ref forces the reference loops.
- * Threads: one OpenMP team splits C's rows; every thread calls the backend
- * single-threaded. OpenBLAS's own thread pool is never woken, so its threads
- * and OpenMP's never compete for the cores, and each element of C is
- * computed by the same single-threaded code whatever the thread count. */
+ * Backends (chosen at build time, -DMHA_BLAS): oneDNN's dnnl_sgemm (linked;
+ * the default), OpenBLAS (loaded at first use, see load_openblas) or the
+ * portable builtin kernel. The reference table (MHA_ISA=ref) runs the
+ * reference loops instead.
+ *
+ * Determinism by design: mha__sgemm cuts C into tiles whose sizes are a
+ * function of (M, N, K) alone (tile_plan), computes each tile with one
+ * single-threaded backend call, and deals the tiles to OpenMP threads. An
+ * element of C is therefore computed by the same call on the same operands
+ * whatever the thread count, and OpenBLAS's or oneDNN's own threading (whose
+ * splits depend on the thread count) never runs. The library sets no
+ * environment variable: a user's OPENBLAS_CORETYPE or ONEDNN_MAX_CPU_ISA is
+ * the backend's business. */
 #include "common/common.h"
 #include "kernels.h"
 
@@ -14,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(MHA_HAVE_ONEDNN)
+#include <dnnl.h>
+#endif
 #if defined(MHA_HAVE_OPENBLAS)
 #include <dlfcn.h>
 #endif
@@ -69,149 +79,246 @@ static void sgemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int6
     }
 }
 
-/* ---- OpenBLAS, loaded at first use --------------------------------------- */
-
-/* CBLAS's ABI constants. */
-enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
-typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
-                               const float *, int, float, float *, int);
+/* ---- the backend ----------------------------------------------------------- */
 
 static struct {
-    cblas_sgemm_fn sgemm;
-    char name[64];
-} blas;
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
+    char name[96];
 #if defined(MHA_HAVE_OPENBLAS)
-/* OpenBLAS picks its kernels in a constructor when it is loaded, from the
- * CPU model. OpenBLAS 0.3.21 (Debian 12) does not know recent or
- * virtualised CPUs (e.g. a Xeon reporting the generic name "Intel(R) Xeon(R)
- * Processor") and falls back to its SSE3 "Prescott" kernels, 3-5x slower.
- * Loading it ourselves lets us choose by CPU features first; a user's
- * OPENBLAS_CORETYPE always wins. */
-static void choose_coretype(void) {
-    if (getenv("OPENBLAS_CORETYPE")) return;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    const char *core = NULL;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        core = "SKYLAKEX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        core = "HASWELL";
-    if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+    void (*sgemm)(int, int, int, int, int, int, float, const float *, int, const float *, int,
+                  float, float *, int);
 #endif
+} backend;
+static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
+
+#if defined(MHA_HAVE_ONEDNN)
+static bool cap_avx2;
+
+void mha__sgemm_backend_cap_avx2(void) {
+    /* Effective only before oneDNN's first use (the dispatch calls this
+     * before any GEMM); a user's ONEDNN_MAX_CPU_ISA may cap it further. */
+    cap_avx2 = dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2) == dnnl_success;
 }
 
-static void load_openblas(void) {
-    choose_coretype();
-    /* mha calls OpenBLAS single-threaded from its own OpenMP team. Left to
-     * itself OpenBLAS starts a worker per core at load, and those spin
-     * (sched_yield) for ~0.1 s after every multi-threaded call and after
-     * start-up, stealing the cores from OpenMP: 1024x768x768 took 16 ms
-     * instead of 6 in a fresh process. A user's setting still wins. */
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+static const char *onednn_isa(dnnl_cpu_isa_t isa) {
+    switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse4.1";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_core: return "avx512";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_amx";
+    default: return "other";
+    }
+}
+
+static void load_backend(void) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(backend.name, sizeof backend.name, "onednn %d.%d.%d (%s)", v->major, v->minor,
+             v->patch, onednn_isa(dnnl_get_effective_cpu_isa()));
+}
+
+static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc) {
+    return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+                      beta, C, ldc) == dnnl_success;
+}
+
+#elif defined(MHA_HAVE_OPENBLAS)
+/* OpenBLAS is loaded on first use rather than linked, so that a program
+ * that never computes does not start its thread pool. It picks its kernels
+ * itself (OPENBLAS_CORETYPE, when the user sets it, decides); mha calls it
+ * single-threaded from its own threads. */
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+void mha__sgemm_backend_cap_avx2(void) {} /* OpenBLAS takes no such order */
+
+static void load_backend(void) {
     void *h = dlopen(MHA_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    cblas_sgemm_fn sgemm = (cblas_sgemm_fn)(uintptr_t)dlsym(h, "cblas_sgemm");
-    void (*set_threads)(int) = (void (*)(int))(uintptr_t)dlsym(h, "openblas_set_num_threads");
-    char *(*corename)(void) = (char *(*)(void))(uintptr_t)dlsym(h, "openblas_get_corename");
-    if (!sgemm || !set_threads) {
+    if (h) {
+        void *sgemm = dlsym(h, "cblas_sgemm");
+        void (*set_threads)(int) = (void (*)(int))(uintptr_t)dlsym(h, "openblas_set_num_threads");
+        char *(*corename)(void) = (char *(*)(void))(uintptr_t)dlsym(h, "openblas_get_corename");
+        if (sgemm && set_threads) {
+            set_threads(1); /* mha splits the work itself */
+            backend.sgemm = (void (*)(int, int, int, int, int, int, float, const float *, int,
+                                      const float *, int, float, float *, int))(uintptr_t)sgemm;
+            snprintf(backend.name, sizeof backend.name, "openblas (%s)",
+                     corename ? corename() : "?");
+            return;
+        }
         dlclose(h);
-        return;
     }
-    set_threads(1); /* we split the work ourselves (also if already loaded) */
-    snprintf(blas.name, sizeof blas.name, "openblas (%s)", corename ? corename() : "?");
-    blas.sgemm = sgemm;
+    snprintf(backend.name, sizeof backend.name, "builtin (%s not loadable)",
+             MHA_OPENBLAS_SONAME);
+}
+
+static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc) {
+    if (!backend.sgemm || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX ||
+        ldb > INT32_MAX || ldc > INT32_MAX)
+        return false;
+    backend.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+                  trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, alpha, A,
+                  (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    return true;
+}
+
+#else
+void mha__sgemm_backend_cap_avx2(void) {}
+
+static void load_backend(void) { snprintf(backend.name, sizeof backend.name, "builtin"); }
+
+static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                         float beta, float *C, int64_t ldc) {
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
+    (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+    return false;
 }
 #endif
 
-static void load_blas(void) {
-#if defined(MHA_HAVE_OPENBLAS)
-    load_openblas();
+const char *mha__sgemm_backend_name(void) {
+    pthread_once(&backend_once, load_backend);
+    return backend.name;
+}
+
+void mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                        float beta, float *C, int64_t ldc) {
+    pthread_once(&backend_once, load_backend);
+    if (!call_backend(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---- tiles ------------------------------------------------------------------- */
+
+/* Tile targets (measured on the project machines; see bench/bench_sgemm):
+ * large enough that the backend's packing of A and B is a few percent of a
+ * tile's work, small enough for a few tiles per thread on big GEMMs. */
+#ifndef MHA_GEMM_TILE_M
+#define MHA_GEMM_TILE_M 512
 #endif
-    if (!blas.sgemm) snprintf(blas.name, sizeof blas.name, "builtin");
+#ifndef MHA_GEMM_TILE_N
+#define MHA_GEMM_TILE_N 768
+#endif
+
+typedef struct {
+    int64_t mb, nb;   /* tile size (the last row/column of tiles may be smaller) */
+    int64_t nm, nn;   /* tiles down and across */
+} tile_plan;
+
+/* n cut into ceil(n / target) near-equal parts, rounded up to 16. */
+static void cut(int64_t n, int64_t target, int64_t *size, int64_t *count) {
+    const int64_t parts = (n + target - 1) / target;
+    int64_t s = (n + parts - 1) / parts;
+    s = (s + 15) / 16 * 16;
+    *size = s;
+    *count = (n + s - 1) / s;
 }
 
-const char *mha__blas_name(void) {
-    if (mha__forced_ref()) return "ref";
-    pthread_once(&blas_once, load_blas);
-    return blas.name;
-}
-
-/* One single-threaded GEMM on the chosen backend. */
-static void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                         float *C, int64_t ldc) {
-    if (blas.sgemm && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX &&
-        ldb <= INT32_MAX && ldc <= INT32_MAX) {
-        blas.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
-                   trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, alpha, A,
-                   (int)lda, B, (int)ldb, beta, C, (int)ldc);
-        return;
+/* A function of the shape only: never of the thread count. Small GEMMs get
+ * smaller tiles (down to 64 x 128) so that they still split into ~8. */
+static tile_plan plan_tiles(int64_t M, int64_t N, int64_t K) {
+    tile_plan p;
+    int64_t tm = MHA_GEMM_TILE_M, tn = MHA_GEMM_TILE_N;
+    if ((double)M * (double)N * (double)K < 2e6) { /* one call: not worth splitting */
+        p.mb = M, p.nb = N, p.nm = 1, p.nn = 1;
+        return p;
     }
-    sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    for (;;) {
+        cut(M, tm, &p.mb, &p.nm);
+        cut(N, tn, &p.nb, &p.nn);
+        if (p.nm * p.nn >= 8 || (tm <= 64 && tn <= 128)) break;
+        if (tm > 64 && (tm >= tn || tn <= 128)) tm /= 2;
+        else tn /= 2;
+    }
+    return p;
 }
 
-/* Rows [r0, r1) of C = op(A) op(B) + bias (or, without bias, the plain
- * alpha/beta form). The bias is written into C first and accumulated into
- * with beta = 1: one pass over C fewer than adding it afterwards. */
-static void sgemm_rows(bool trans_a, bool trans_b, int64_t r0, int64_t r1, int64_t N, int64_t K,
-                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                       float beta, float *C, int64_t ldc, const float *bias) {
-    const float *a = trans_a ? A + r0 : A + r0 * lda;
-    float *c = C + r0 * ldc;
-    if (bias) {
-        for (int64_t i = 0; i < r1 - r0; i++) memcpy(c + i * ldc, bias, (size_t)N * sizeof(float));
+typedef struct {
+    const mha__kernels *k;
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B, *bias;
+    int64_t lda, ldb, ldc;
+    float *C;
+    tile_plan p;
+} gemm_job;
+
+/* Tile t: rows [r0, r1), columns [c0, c1) of C = alpha op(A) op(B) + beta C
+ * (+ bias: written into C first, then accumulated into with beta = 1). */
+static void run_tile(const gemm_job *j, int64_t t) {
+    const int64_t r0 = (t / j->p.nn) * j->p.mb, c0 = (t % j->p.nn) * j->p.nb;
+    const int64_t m = j->M - r0 < j->p.mb ? j->M - r0 : j->p.mb;
+    const int64_t n = j->N - c0 < j->p.nb ? j->N - c0 : j->p.nb;
+    const float *a = j->trans_a ? j->A + r0 : j->A + r0 * j->lda;
+    const float *b = j->trans_b ? j->B + c0 * j->ldb : j->B + c0;
+    float *c = j->C + r0 * j->ldc + c0;
+    float beta = j->beta;
+    if (j->bias) {
+        for (int64_t i = 0; i < m; i++) memcpy(c + i * j->ldc, j->bias + c0, (size_t)n * sizeof(float));
         beta = 1.0f;
     }
-    sgemm_serial(trans_a, trans_b, r1 - r0, N, K, alpha, a, lda, B, ldb, beta, c, ldc);
+    if (j->K > 0) {
+        j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta, c,
+                   j->ldc);
+        return;
+    }
+    for (int64_t i = 0; i < m; i++) /* K == 0: C = beta C, as BLAS defines it */
+        for (int64_t q = 0; q < n; q++) {
+            float *e = &c[i * j->ldc + q];
+            *e = beta == 0.0f ? 0.0f : beta * *e;
+        }
 }
 
-static void sgemm_dispatch(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                           const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                           float *C, int64_t ldc, const float *bias) {
+static void sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                        float *C, int64_t ldc, const float *bias) {
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || mha__forced_ref()) {
-        if (K > 0) mha__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, bias ? 0.0f : beta, C, ldc);
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                float *c = &C[i * ldc + j];
-                if (K <= 0) *c = beta == 0.0f ? 0.0f : beta * *c; /* as BLAS defines it */
-                if (bias) *c += bias[j];
-            }
+    gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
+                  lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1)};
+    const int64_t ntiles = j.p.nm * j.p.nn;
+#if defined(MHA_HAVE_OPENMP)
+    if (ntiles > 1 && !omp_in_parallel()) {
+        const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
+#pragma omp parallel num_threads(nt)
+        {
+            /* The backend must not start threads of its own: oneDNN reads
+             * this thread's OpenMP setting (the setting lives and dies with
+             * this parallel region's implicit task). */
+            omp_set_num_threads(1);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+        }
         return;
     }
-    pthread_once(&blas_once, load_blas);
-    int nt = 1;
-#if defined(MHA_HAVE_OPENMP)
-    /* Worth splitting only when each thread gets a few MFLOP. */
-    if ((double)M * (double)N * (double)K >= 4e6 && !omp_in_parallel()) nt = omp_get_max_threads();
-#endif
-    if (nt > M / 16) nt = (int)(M / 16 > 0 ? M / 16 : 1);
-    if (nt <= 1) {
-        sgemm_rows(trans_a, trans_b, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    if (!omp_in_parallel()) {
+        /* One tile on the calling thread: a one-thread team so that the
+         * backend's thread setting can be changed without touching the
+         * caller's. */
+#pragma omp parallel num_threads(1)
+        {
+            omp_set_num_threads(1);
+            for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+        }
         return;
     }
-    /* Rows of C in nt blocks of a multiple of 16 rows. */
-    const int64_t step = ((M + nt - 1) / nt + 15) / 16 * 16;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static, 1) num_threads(nt)
 #endif
-    for (int t = 0; t < nt; t++) {
-        const int64_t r0 = t * step, r1 = r0 + step < M ? r0 + step : M;
-        if (r0 < r1) sgemm_rows(trans_a, trans_b, r0, r1, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
-    }
+    for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
 }
 
 void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc) {
-    sgemm_dispatch(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+    sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                      int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
                      int64_t ldc) {
-    sgemm_dispatch(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
+    sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
 }
