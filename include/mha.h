@@ -39,13 +39,21 @@
 extern "C" {
 #endif
 
+/* Marks the public API: the only symbols libmha.so exports (the library is
+ * built with -fvisibility=hidden). */
+#if defined(__GNUC__) || defined(__clang__)
+#define MHA_API __attribute__((visibility("default")))
+#else
+#define MHA_API
+#endif
+
 #define MHA_VERSION_MAJOR 0
 #define MHA_VERSION_MINOR 2
 #define MHA_VERSION_PATCH 0
 #define MHA_VERSION_STRING "0.2.0"
 
 /* "0.2.0"; equals MHA_VERSION_STRING of the library actually linked. */
-const char *mha_version(void);
+MHA_API const char *mha_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
@@ -76,13 +84,13 @@ typedef enum {
 } mha_status;
 
 /* "MHA_ERR_SHAPE"; "MHA_UNKNOWN_STATUS" for values not in the list. */
-const char *mha_status_name(mha_status s);
+MHA_API const char *mha_status_name(mha_status s);
 /* "tensor shape mismatch" */
-const char *mha_status_string(mha_status s);
+MHA_API const char *mha_status_string(mha_status s);
 /* Detail of the last failure on this thread, e.g. "d_out (5) must be
  * divisible by num_heads (2)". Valid until the next failing call on this
  * thread; "" when there is none. */
-const char *mha_last_error(void);
+MHA_API const char *mha_last_error(void);
 
 /* ------------------------------------------------------------------------ */
 /* Generator: PyTorch's CPU generator (mt19937 and its distributions)        */
@@ -99,39 +107,39 @@ typedef struct mha_generator mha_generator;
 typedef enum { MHA_RNG_AVX2 = 0, MHA_RNG_DEFAULT = 1 } mha_rng_variant;
 
 /* torch.manual_seed(seed): a negative Python seed s is passed as (uint64_t)s. */
-mha_status mha_generator_create(uint64_t seed, mha_generator **out);
-void mha_generator_free(mha_generator *g);
-void mha_generator_manual_seed(mha_generator *g, uint64_t seed);
-void mha_generator_set_variant(mha_generator *g, mha_rng_variant v);
+MHA_API mha_status mha_generator_create(uint64_t seed, mha_generator **out);
+MHA_API void mha_generator_free(mha_generator *g);
+MHA_API void mha_generator_manual_seed(mha_generator *g, uint64_t seed);
+MHA_API void mha_generator_set_variant(mha_generator *g, mha_rng_variant v);
 
 /* One 32-bit mt19937 draw; random64 = (first << 32) | second. */
-uint32_t mha_generator_random(mha_generator *g);
-uint64_t mha_generator_random64(mha_generator *g);
+MHA_API uint32_t mha_generator_random(mha_generator *g);
+MHA_API uint64_t mha_generator_random64(mha_generator *g);
 
 /* Tensor.uniform_(from, to) over n contiguous floats; rand = (0, 1). */
-void mha_generator_uniform(mha_generator *g, float *out /* [out] (n) */,
+MHA_API void mha_generator_uniform(mha_generator *g, float *out /* [out] (n) */,
                            size_t n, double from, double to);
 /* Tensor.normal_(mean, std) / torch.randn over n contiguous floats (both
  * the n >= 16 block path and the n < 16 scalar path, with its cache). */
-void mha_generator_normal(mha_generator *g, float *out /* [out] (n) */,
+MHA_API void mha_generator_normal(mha_generator *g, float *out /* [out] (n) */,
                           size_t n, double mean, double std);
 /* nn.Dropout(p) in training mode: out[i] = in[i] * keep_i / (1 - p) with
  * keep_i drawn as PyTorch's CPU bernoulli_(1 - p). p == 0 and p == 1 draw
  * nothing, as in PyTorch. in == out is allowed. ERR_ARGUMENT unless
  * 0 <= p <= 1. */
-mha_status mha_generator_dropout(mha_generator *g, float *out /* [out] (n) */,
+MHA_API mha_status mha_generator_dropout(mha_generator *g, float *out /* [out] (n) */,
                                  const float *in /* [in] (n) */, size_t n,
                                  double p);
 /* nn.Linear(in_features, out_features, bias) default init: weight
  * (out_features, in_features) then bias (out_features), or no bias draws when
  * bias == NULL. ERR_ARGUMENT for non-positive sizes. */
-mha_status mha_generator_linear_init(mha_generator *g,
+MHA_API mha_status mha_generator_linear_init(mha_generator *g,
                                      float *weight /* [out] (out_f, in_f) */,
                                      float *bias /* [out] (out_f) or NULL */,
                                      int64_t in_features, int64_t out_features);
 /* nn.Embedding(num, dim, padding_idx) init: normal_(0, 1), then the
  * padding_idx row zeroed (padding_idx < 0: none). */
-mha_status mha_generator_embedding_init(mha_generator *g,
+MHA_API mha_status mha_generator_embedding_init(mha_generator *g,
                                         float *weight /* [out] (num, dim) */,
                                         int64_t num, int64_t dim,
                                         int64_t padding_idx);
@@ -142,7 +150,7 @@ mha_status mha_generator_embedding_init(mha_generator *g,
 
 /* scores = X X^T; weights = softmax(scores, dim=-1) (no scaling, no mask);
  * context = weights X. weights may be NULL when not wanted. */
-mha_status mha_simple_attention_forward(float *context /* [out] (T, D) */,
+MHA_API mha_status mha_simple_attention_forward(float *context /* [out] (T, D) */,
                                         float *weights /* [out] (T, T) or NULL */,
                                         const float *x /* [in] (T, D) */,
                                         int64_t T, int64_t D);
@@ -160,9 +168,9 @@ typedef enum {
 } mha_kind;
 
 /* The PyTorch class name, e.g. "MultiHeadAttention"; NULL if unknown. */
-const char *mha_kind_name(mha_kind kind);
+MHA_API const char *mha_kind_name(mha_kind kind);
 /* Parses a class name (exact, as above). ERR_UNKNOWN_MODULE otherwise. */
-mha_status mha_kind_from_name(const char *name, mha_kind *out);
+MHA_API mha_status mha_kind_from_name(const char *name, mha_kind *out);
 
 /* The constructor's arguments. Fields a class does not take are ignored
  * (v1: d_in, d_out; v2: + qkv_bias; CausalAttention: + context_length,
@@ -180,31 +188,31 @@ typedef struct {
 /* Fills c with the constructor defaults for kind: d_in = d_out = 0
  * (must be set), context_length 0 (must be set where used), dropout 0,
  * num_heads 1, qkv_bias 0. */
-void mha_config_init(mha_config *c, mha_kind kind);
+MHA_API void mha_config_init(mha_config *c, mha_kind kind);
 /* MHA_OK, or ERR_CONFIG / ERR_OVERFLOW / ERR_UNKNOWN_MODULE with a detail. */
-mha_status mha_config_validate(const mha_config *c);
+MHA_API mha_status mha_config_validate(const mha_config *c);
 /* 1 for the classes whose forward takes a batch (b, T, d_in): CausalAttention,
  * the wrapper and MultiHeadAttention; 0 for v1 and v2, which take (T, d_in). */
-int mha_config_is_batched(const mha_config *c);
+MHA_API int mha_config_is_batched(const mha_config *c);
 /* Width of the output's last axis: num_heads * d_out for the wrapper,
  * d_out otherwise. */
-int64_t mha_config_output_width(const mha_config *c);
+MHA_API int64_t mha_config_output_width(const mha_config *c);
 
 typedef struct mha_module mha_module;
 
 /* A module with every parameter zero. */
-mha_status mha_module_create(const mha_config *cfg, mha_module **out);
+MHA_API mha_status mha_module_create(const mha_config *cfg, mha_module **out);
 /* torch.manual_seed(seed) then the PyTorch constructor: equal parameters,
  * bit for bit (AVX2 variant). */
-mha_status mha_module_create_seeded(const mha_config *cfg, uint64_t seed,
+MHA_API mha_status mha_module_create_seeded(const mha_config *cfg, uint64_t seed,
                                     mha_module **out);
 /* Re-initialises every parameter from g, drawing in PyTorch's construction
  * order (continues g's stream, like constructing a module mid-program). */
-mha_status mha_module_init(mha_module *m, mha_generator *g);
-void mha_module_free(mha_module *m);
+MHA_API mha_status mha_module_init(mha_module *m, mha_generator *g);
+MHA_API void mha_module_free(mha_module *m);
 
 /* The configuration the module was created with. */
-const mha_config *mha_module_config(const mha_module *m);
+MHA_API const mha_config *mha_module_config(const mha_module *m);
 
 /* One parameter tensor, named as in PyTorch's state_dict(). data belongs to
  * the module: it may be read and written (to set weights) while the module
@@ -218,22 +226,22 @@ typedef struct {
 } mha_param;
 
 /* Parameter tensors in state_dict() order (the mask buffer is not one). */
-size_t mha_module_num_params(const mha_module *m);
-mha_status mha_module_param(const mha_module *m, size_t i, mha_param *out);
+MHA_API size_t mha_module_num_params(const mha_module *m);
+MHA_API mha_status mha_module_param(const mha_module *m, size_t i, mha_param *out);
 /* ERR_MISSING when the module has no parameter of that name. */
-mha_status mha_module_find_param(const mha_module *m, const char *name,
+MHA_API mha_status mha_module_find_param(const mha_module *m, const char *name,
                                  mha_param *out);
 /* Total number of scalar parameters (2,360,064 for GPT-2's attention). */
-int64_t mha_module_param_scalars(const mha_module *m);
+MHA_API int64_t mha_module_param_scalars(const mha_module *m);
 /* ERR_NONFINITE when any parameter holds NaN or infinity (detail names it). */
-mha_status mha_module_check_finite(const mha_module *m);
+MHA_API mha_status mha_module_check_finite(const mha_module *m);
 
 /* Bytes of scratch mha_module_forward needs for (B, T) with the current
  * thread count. In eval mode it is linear in B*T (the packed Q/K/V plus
  * per-thread tiles), never T*T; training with PyTorch's dropout mask adds
  * B*H*T*T bits for the fast kernels (see mha_dropout_rng). 0 on invalid
  * sizes (mha_module_forward then names the problem). */
-size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T,
+MHA_API size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T,
                                  int training);
 
 /* Forward pass.
@@ -251,7 +259,7 @@ size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T,
  * Errors: ERR_SHAPE (B or T < 1, B != 1 for v1/v2), ERR_CONTEXT_LENGTH
  * (T > context_length), ERR_NONFINITE (x holds NaN/inf), ERR_OVERFLOW,
  * ERR_WORKSPACE, ERR_NOMEM. y is untouched on failure. */
-mha_status mha_module_forward(mha_module *m, float *y, const float *x,
+MHA_API mha_status mha_module_forward(mha_module *m, float *y, const float *x,
                               int64_t B, int64_t T, mha_generator *dropout_rng,
                               void *workspace, size_t workspace_size);
 
@@ -284,7 +292,7 @@ typedef struct {
 /* mha_module_forward with options: opts == NULL is eval mode. In training
  * mode with dropout == 0 (or v1/v2) nothing is drawn. ERR_ARGUMENT when
  * TORCH is asked for without a generator. */
-mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B,
+MHA_API mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B,
                                  int64_t T, const mha_forward_opts *opts,
                                  void *workspace, size_t workspace_size);
 
@@ -295,7 +303,7 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
 typedef void (*mha_trace_fn)(void *user, const char *step, const char *expr,
                              int ndim, const int64_t *shape,
                              const float *data);
-mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */,
+MHA_API mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */,
                                      const float *x /* [in] */, int64_t B,
                                      int64_t T, mha_generator *dropout_rng,
                                      mha_trace_fn fn, void *user);
@@ -314,8 +322,8 @@ typedef enum {
 #define MHA_ST_MAX_DIMS 8
 
 /* "F32" etc.; NULL for unknown values. */
-const char *mha_dtype_name(mha_dtype d);
-size_t mha_dtype_size(mha_dtype d);
+MHA_API const char *mha_dtype_name(mha_dtype d);
+MHA_API size_t mha_dtype_size(mha_dtype d);
 
 /* A parsed safetensors file, fully validated: header length within bounds
  * (0 < N <= 100,000,000 and inside the file), strict UTF-8 (no overlongs,
@@ -341,22 +349,22 @@ typedef struct {
 } mha_st_tensor;
 
 /* Parses a copy of buf[0..len); *out owns its memory (NULL on failure). */
-mha_status mha_st_parse(const void *buf, size_t len, mha_st **out);
-mha_status mha_st_read_file(const char *path, mha_st **out);
-void mha_st_free(mha_st *st);
-size_t mha_st_count(const mha_st *st);
+MHA_API mha_status mha_st_parse(const void *buf, size_t len, mha_st **out);
+MHA_API mha_status mha_st_read_file(const char *path, mha_st **out);
+MHA_API void mha_st_free(mha_st *st);
+MHA_API size_t mha_st_count(const mha_st *st);
 /* Tensors in file order (the order of their byte ranges). */
-mha_status mha_st_get(const mha_st *st, size_t i, mha_st_tensor *out);
+MHA_API mha_status mha_st_get(const mha_st *st, size_t i, mha_st_tensor *out);
 /* ERR_MISSING when absent. */
-mha_status mha_st_find(const mha_st *st, const char *name, mha_st_tensor *out);
+MHA_API mha_status mha_st_find(const mha_st *st, const char *name, mha_st_tensor *out);
 /* Metadata value for key, or NULL. Values are strings, as the format says. */
-const char *mha_st_metadata(const mha_st *st, const char *key);
-size_t mha_st_metadata_count(const mha_st *st);
-mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
+MHA_API const char *mha_st_metadata(const mha_st *st, const char *key);
+MHA_API size_t mha_st_metadata_count(const mha_st *st);
+MHA_API mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
                                const char **value);
 /* Converts a tensor of dtype F32, F64, F16 or BF16 to float32 (n == numel).
  * ERR_DTYPE for other dtypes. */
-mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n);
+MHA_API mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n);
 
 /* Writes a safetensors file: tensors in the given order, packed with no
  * gaps; meta holds n_meta (key, value) string pairs, meta[2i] and
@@ -373,7 +381,7 @@ typedef struct {
     const int64_t *shape;
     const void *data;
 } mha_st_entry;
-mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors,
+MHA_API mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors,
                              size_t n, const char *const *meta, size_t n_meta);
 
 /* Saves the module's state_dict: PyTorch's names and order, F32, with the
@@ -382,7 +390,7 @@ mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors,
  * for the wrapper "heads.N.mask" before head N's parameters). __metadata__
  * holds "module" (the class name) plus the constructor's arguments as
  * strings ("3", "0.10000000000000001" (%.17g), "true"/"false"). */
-mha_status mha_module_save(const mha_module *m, const char *path);
+MHA_API mha_status mha_module_save(const mha_module *m, const char *path);
 /* Builds a module from a parsed file: configuration from __metadata__
  * ("module" required, else ERR_FORMAT; unknown class ERR_UNKNOWN_MODULE;
  * integer arguments required, strictly decimal and > 0, dropout optional
@@ -392,35 +400,43 @@ mha_status mha_module_save(const mha_module *m, const char *path);
  * its exact shape (ERR_SHAPE); mask buffers of shape (L, L) accepted, any
  * other tensor ERR_MISSING ("unexpected tensor"); values must be finite
  * (ERR_NONFINITE). */
-mha_status mha_module_from_st(const mha_st *st, mha_module **out);
-mha_status mha_module_load(const char *path, mha_module **out);
+MHA_API mha_status mha_module_from_st(const mha_st *st, mha_module **out);
+MHA_API mha_status mha_module_load(const char *path, mha_module **out);
 
 /* ------------------------------------------------------------------------ */
 /* Runtime                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Kernels in use: "avx512", "avx2" or "ref". MHA_ISA=ref in the
- * environment forces the portable reference kernels, MHA_ISA=avx2 the AVX2
- * kernels even on an AVX-512 CPU. */
-const char *mha_runtime_isa(void);
-/* Projection GEMMs: "openblas (<its kernel name>)", "builtin" (no BLAS in
- * the build, or libopenblas.so.0 not loadable) or "ref" (MHA_ISA=ref).
- * OpenBLAS is loaded at first use; unless they are already set, mha sets
- * OPENBLAS_CORETYPE (from the CPU's features: OpenBLAS 0.3.21 runs SSE3
- * kernels on CPUs it does not recognise) and OPENBLAS_NUM_THREADS=1 first,
- * and calls it single-threaded from its own OpenMP threads. In a process
- * that uses OpenBLAS elsewhere too, that makes OpenBLAS single-threaded. */
-const char *mha_runtime_blas(void);
+/* Kernels in use: "avx512", "avx2" or "ref". Chosen once, at first use,
+ * from the CPU's features; MHA_ISA in the environment (read then, once) caps
+ * the choice: "ref" forces the portable reference kernels and GEMM (the
+ * oracle), "avx2" the AVX2 kernels even on an AVX-512 CPU, "avx512" or
+ * "auto" the best the CPU has. */
+MHA_API const char *mha_runtime_isa(void);
+/* The projection GEMM backend and the ISA it runs, e.g. "onednn 2.6.3
+ * (avx512_bf16)", "openblas (Haswell)", "builtin", or "ref" while the
+ * reference kernels are in use. oneDNN is the default where the build found
+ * it, then OpenBLAS (loaded at first use), then the builtin kernel (cmake
+ * -DMHA_BLAS=onednn|openblas|builtin). mha calls the backend on one thread
+ * at a time per tile (tiles sized from the GEMM's shape only, dealt to its
+ * OpenMP threads), so its results do not depend on the thread count. mha
+ * sets no environment variable: the backend honours the user's own
+ * (OPENBLAS_CORETYPE, ONEDNN_MAX_CPU_ISA). With MHA_ISA=avx2 on an AVX-512
+ * CPU, oneDNN is capped at AVX2 too (dnnl_set_max_cpu_isa, before its first
+ * use); OpenBLAS cannot be told. OpenBLAS is set to one thread when loaded,
+ * which a process using it elsewhere too will notice. */
+MHA_API const char *mha_runtime_blas(void);
 /* Threads compute calls use (OpenMP's count; 1 without OpenMP). */
-int mha_runtime_threads(void);
+MHA_API int mha_runtime_threads(void);
 /* Sets the thread count for compute calls (n >= 1). */
-mha_status mha_runtime_set_threads(int n);
+MHA_API mha_status mha_runtime_set_threads(int n);
 /* Switches the kernels at run time: "ref" (the portable reference kernels
- * and GEMM, the oracle), "avx2" (at most the AVX2 kernels, even on an
- * AVX-512 CPU) or "auto" (the best this CPU supports). For
- * benchmarks and tests that compare the two in one process; not to be
- * called while another thread computes. */
-mha_status mha_runtime_set_isa(const char *name);
+ * and GEMM, the oracle), "avx2", "avx512" (MHA_ERR_UNSUPPORTED where the CPU
+ * or the build lacks it) or "auto" (the best this CPU supports); every name
+ * mha_runtime_isa() returns is accepted. For benchmarks and tests that
+ * compare kernels in one process; not to be called while another thread
+ * computes. The GEMM backend's own ISA is fixed at first use. */
+MHA_API mha_status mha_runtime_set_isa(const char *name);
 
 #ifdef __cplusplus
 }
