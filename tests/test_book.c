@@ -62,7 +62,7 @@ int main(void) {
 
     /* 3.5 dropout mask (seed 123) */
     mha_generator *g = NULL;
-    CHECK(mha_generator_create(123, &g) == MHA_OK, "generator");
+    REQUIRE(mha_generator_create(123, &g) == MHA_OK, "generator");
     float ones[36];
     for (int i = 0; i < 36; i++) ones[i] = 1.0f;
     CHECK(mha_generator_dropout(g, ones, ones, 36, 0.5) == MHA_OK, "dropout");
@@ -105,7 +105,7 @@ int main(void) {
     c.d_in = c.d_out = 768;
     c.context_length = 1024;
     c.num_heads = 12;
-    CHECK(mha_module_create(&c, &m) == MHA_OK, "gpt2 create");
+    REQUIRE(mha_module_create(&c, &m) == MHA_OK, "gpt2 create");
     CHECK(mha_module_param_scalars(m) == 2360064, "param count %lld", (long long)mha_module_param_scalars(m));
     mha_module_free(m);
     return TEST_END("test_book");

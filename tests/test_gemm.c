@@ -1,6 +1,6 @@
 /* test_gemm.c — mha__sgemm and mha__sgemm_bias (CBLAS or builtin, split
  * over threads) against the reference loops: every transpose combination,
- * beta, bias, strided operands, odd sizes; and thread-count independence. */
+ * beta, bias, strided operands, odd sizes. */
 #include "kernels/kernels.h"
 #include "test_util.h"
 
@@ -11,7 +11,7 @@ static float frand(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
 
 int main(void) {
     srand(1);
-    static const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 48, 32}, {100, 70, 300}, {257, 130, 64}, {513, 96, 40}};
+    static const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 48, 32}, {100, 70, 300}, {257, 130, 64}, {513, 96, 40}, {1030, 770, 33}};
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -41,19 +41,6 @@ int main(void) {
                           (long long)N, (long long)K, ta, tb, mode, (double)err);
                     free(A), free(Bm), free(C), free(R), free(bias);
                 }
-    /* 1 vs 2 threads, bit for bit, at a projection-like shape */
-    const int64_t M = 600, N = 384, K = 256;
-    float *A = malloc((size_t)(M * K) * 4), *W = malloc((size_t)(N * K) * 4), *c1 = malloc((size_t)(M * N) * 4),
-          *c2 = malloc((size_t)(M * N) * 4), *bias = malloc((size_t)N * 4);
-    for (int64_t i = 0; i < M * K; i++) A[i] = frand();
-    for (int64_t i = 0; i < N * K; i++) W[i] = frand();
-    for (int64_t i = 0; i < N; i++) bias[i] = frand();
-    mha_runtime_set_threads(1);
-    mha__sgemm_bias(false, true, M, N, K, A, K, W, K, bias, c1, N);
-    mha_runtime_set_threads(2);
-    mha__sgemm_bias(false, true, M, N, K, A, K, W, K, bias, c2, N);
-    CHECK(memcmp(c1, c2, (size_t)(M * N) * 4) == 0, "1 vs 2 threads bitwise");
-    printf("test_gemm: GEMM backend %s\n", mha__blas_name());
-    free(A), free(W), free(c1), free(c2), free(bias);
+    printf("test_gemm: GEMM backend %s (thread-count independence: test_threads)\n", mha_runtime_blas());
     return TEST_END("test_gemm");
 }

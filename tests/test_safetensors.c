@@ -515,7 +515,7 @@ static void test_writer(void) {
           "metadata round trip");
     mha_st_free(st);
     /* same through the file reader */
-    CHECK(mha_st_read_file(path, &st) == MHA_OK && mha_st_count(st) == 6, "read_file");
+    REQUIRE(mha_st_read_file(path, &st) == MHA_OK && mha_st_count(st) == 6, "read_file");
     mha_st_free(st);
     CHECK(count_files() == 1, "no temporary left (%d files)", count_files());
 
@@ -583,7 +583,7 @@ static void test_writer(void) {
     raw = slurp(path, &n);
     CHECK(raw && n == 16 && memcmp(raw + 8, "{}      ", 8) == 0, "empty file bytes");
     free(raw);
-    CHECK(mha_st_read_file(path, &st) == MHA_OK && mha_st_count(st) == 0, "read empty");
+    REQUIRE(mha_st_read_file(path, &st) == MHA_OK && mha_st_count(st) == 0, "read empty");
     mha_st_free(st);
     unlink(path);
 }
@@ -672,7 +672,7 @@ static void test_module_roundtrip(void) {
             CHECK(same, "case %zu config equal", ci);
         }
         mha_st *st = NULL;
-        CHECK(mha_st_read_file(path, &st) == MHA_OK, "case %zu reread", ci);
+        REQUIRE(mha_st_read_file(path, &st) == MHA_OK, "case %zu reread", ci);
         if (st) {
             CHECK(!strcmp(mha_st_metadata(st, "module"), mha_kind_name(c->kind)),
                   "case %zu module name", ci);
@@ -862,11 +862,11 @@ static void test_module_errors(void) {
         CHECK(s == MHA_OK, "mixed dtypes: %s", mha_last_error());
         if (m) {
             mha_param p;
-            mha_module_find_param(m, "W_query.weight", &p);
+            REQUIRE(mha_module_find_param(m, "W_query.weight", &p) == MHA_OK, "find_param");
             CHECK(p.data[0] == 1.0f && p.data[15] == 1.0f + 15.0f / 1024.0f, "F16 weights");
-            mha_module_find_param(m, "W_key.weight", &p);
+            REQUIRE(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK, "find_param");
             CHECK(bits(p.data[3]) == (uint32_t)0x3C03 << 16, "BF16 weights");
-            mha_module_find_param(m, "out_proj.bias", &p);
+            REQUIRE(mha_module_find_param(m, "out_proj.bias", &p) == MHA_OK, "find_param");
             CHECK(p.data[0] == 0.5f && p.data[2] == -1.0f, "F64 bias");
         }
         mha_module_free(m);
@@ -1139,7 +1139,7 @@ static void test_locale(void) {
     mha_module *m = NULL, *r = NULL;
     char path[256];
     path_in(path, sizeof path, "loc.safetensors");
-    CHECK(mha_module_create_seeded(&c, 1, &m) == MHA_OK && mha_module_save(m, path) == MHA_OK &&
+    REQUIRE(mha_module_create_seeded(&c, 1, &m) == MHA_OK && mha_module_save(m, path) == MHA_OK &&
               mha_module_load(path, &r) == MHA_OK && mha_module_config(r)->dropout == 0.25,
           "dropout round trip under %s: %s", got, mha_last_error());
     mha_st *st = NULL;

@@ -1,10 +1,14 @@
 /* test_util.h — a minimal check harness: CHECK counts, never aborts;
+ * REQUIRE stops the program when a precondition fails (nothing after it may
+ * use what it checked); TEST_SKIP ends a program that cannot test anything
+ * here with status 77, which ctest reports as skipped (SKIP_RETURN_CODE);
  * TEST_END prints "N passed, M failed" and returns the exit status. */
 #ifndef MHA_TEST_UTIL_H
 #define MHA_TEST_UTIL_H
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int t_pass, t_fail;
 
@@ -18,6 +22,21 @@ static int t_pass, t_fail;
             fprintf(stderr, __VA_ARGS__);                                 \
             fputc('\n', stderr);                                          \
         }                                                                 \
+    } while (0)
+
+#define REQUIRE(cond, ...)                                                \
+    do {                                                                  \
+        CHECK(cond, __VA_ARGS__);                                         \
+        if (!(cond)) {                                                    \
+            printf("%d passed, %d failed (stopped: a precondition failed)\n", t_pass, t_fail); \
+            exit(1);                                                      \
+        }                                                                 \
+    } while (0)
+
+#define TEST_SKIP(name, why)                                              \
+    do {                                                                  \
+        printf("%s: skipped: %s\n", name, why);                           \
+        exit(77);                                                         \
     } while (0)
 
 #define TEST_END(name)                                                    \

@@ -1,0 +1,118 @@
+/* test_threads.c — results do not depend on the thread count: the
+ * projection GEMM (tiled by shape, tests/test_gemm.c checks its values) and
+ * the module forward in eval mode, with PyTorch's dropout mask and with the
+ * Philox mask, for MultiHeadAttention and the wrapper, bit for bit with 1,
+ * 2 and 3 threads, under every kernel set this CPU has (each named).
+ * Without OpenMP there is nothing to compare: the program reports a skip
+ * (exit status 77). */
+#include "kernels/kernels.h"
+#include "test_util.h"
+
+#include "mha.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void fill(float *x, size_t n, unsigned seed) {
+    srand(seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+}
+
+static const int THREADS[] = {1, 2, 3};
+enum { NTHREADS = 3 };
+
+static void gemm_case(const char *isa, int64_t M, int64_t N, int64_t K, bool tb, bool bias) {
+    const int64_t lda = K, ldb = tb ? K : N;
+    float *A = malloc(sizeof(float) * (size_t)(M * K)), *W = malloc(sizeof(float) * (size_t)(N * K)),
+          *bv = malloc(sizeof(float) * (size_t)N), *c[NTHREADS];
+    REQUIRE(A && W && bv, "alloc");
+    fill(A, (size_t)(M * K), 1);
+    fill(W, (size_t)(N * K), 2);
+    fill(bv, (size_t)N, 3);
+    for (int t = 0; t < NTHREADS; t++) {
+        c[t] = malloc(sizeof(float) * (size_t)(M * N));
+        REQUIRE(c[t] && mha_runtime_set_threads(THREADS[t]) == MHA_OK, "threads");
+        if (bias)
+            mha__sgemm_bias(false, tb, M, N, K, A, lda, W, ldb, bv, c[t], N);
+        else
+            mha__sgemm(false, tb, M, N, K, 0.5f, A, lda, W, ldb, 0.0f, c[t], N);
+    }
+    for (int t = 1; t < NTHREADS; t++)
+        CHECK(memcmp(c[0], c[t], sizeof(float) * (size_t)(M * N)) == 0,
+              "[%s, %s] GEMM %lldx%lldx%lld: 1 vs %d threads bitwise", isa, mha_runtime_blas(),
+              (long long)M, (long long)N, (long long)K, THREADS[t]);
+    for (int t = 0; t < NTHREADS; t++) free(c[t]);
+    free(A), free(W), free(bv);
+}
+
+/* mode 0: eval, 1: PyTorch's mask (generator), 2: Philox mask (+ lse). */
+static void module_case(const char *isa, mha_kind kind, int64_t d_in, int64_t d_out, int64_t H,
+                        int64_t B, int64_t T, int mode) {
+    mha_config c;
+    mha_config_init(&c, kind);
+    c.d_in = d_in;
+    c.d_out = d_out;
+    c.context_length = T;
+    c.num_heads = H;
+    c.dropout = mode ? 0.2 : 0.0;
+    c.qkv_bias = 1;
+    mha_module *m = NULL;
+    REQUIRE(mha_module_create_seeded(&c, 7, &m) == MHA_OK, "create: %s", mha_last_error());
+    const int64_t w = mha_config_output_width(&c);
+    const size_t nx = (size_t)(B * T * d_in), ny = (size_t)(B * T * w), nl = (size_t)(B * H * T);
+    float *x = malloc(sizeof(float) * nx), *y[NTHREADS], *lse[NTHREADS];
+    REQUIRE(x != NULL, "alloc");
+    fill(x, nx, 4);
+    for (int t = 0; t < NTHREADS; t++) {
+        y[t] = malloc(sizeof(float) * ny);
+        lse[t] = malloc(sizeof(float) * nl);
+        REQUIRE(y[t] && lse[t] && mha_runtime_set_threads(THREADS[t]) == MHA_OK, "threads");
+        mha_status st;
+        if (mode == 2) {
+            mha_forward_opts o = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX, .philox_seed = 9,
+                                  .philox_offset = 1, .lse = kind == MHA_MULTI_HEAD_ATTENTION ? lse[t] : NULL};
+            st = mha_module_forward_ex(m, y[t], x, B, T, &o, NULL, 0);
+        } else {
+            mha_generator *g = NULL;
+            REQUIRE(mha_generator_create(11, &g) == MHA_OK, "generator");
+            st = mha_module_forward(m, y[t], x, B, T, mode ? g : NULL, NULL, 0);
+            mha_generator_free(g);
+        }
+        REQUIRE(st == MHA_OK, "forward: %s", mha_last_error());
+    }
+    static const char *const modes[] = {"eval", "torch mask", "philox"};
+    for (int t = 1; t < NTHREADS; t++) {
+        CHECK(memcmp(y[0], y[t], sizeof(float) * ny) == 0, "[%s] %s (%lld, %lld) %s: 1 vs %d threads bitwise",
+              isa, mha_kind_name(kind), (long long)B, (long long)T, modes[mode], THREADS[t]);
+        if (mode == 2 && kind == MHA_MULTI_HEAD_ATTENTION)
+            CHECK(memcmp(lse[0], lse[t], sizeof(float) * nl) == 0, "[%s] lse: 1 vs %d threads bitwise",
+                  isa, THREADS[t]);
+    }
+    for (int t = 0; t < NTHREADS; t++) free(y[t]), free(lse[t]);
+    free(x);
+    mha_module_free(m);
+}
+
+int main(void) {
+    REQUIRE(mha_runtime_set_threads(3) == MHA_OK, "set 3 threads");
+    if (mha_runtime_threads() != 3) TEST_SKIP("test_threads", "built without OpenMP: one thread only");
+    const char *const isas[] = {"ref", "avx2", "avx512"};
+    for (int k = 0; k < 3; k++) {
+        const mha_status st = mha_runtime_set_isa(isas[k]);
+        if (st == MHA_ERR_UNSUPPORTED) {
+            printf("test_threads: no %s kernels here (%s)\n", isas[k], mha_last_error());
+            continue;
+        }
+        REQUIRE(st == MHA_OK && strcmp(mha_runtime_isa(), isas[k]) == 0, "set_isa(%s)", isas[k]);
+        const bool ref = k == 0; /* the reference loops are slow: smaller shapes */
+        printf("test_threads: %s kernels, GEMM %s\n", isas[k], mha_runtime_blas());
+        gemm_case(isas[k], ref ? 300 : 1500, ref ? 200 : 900, ref ? 64 : 256, true, true);
+        gemm_case(isas[k], ref ? 170 : 700, ref ? 130 : 770, ref ? 40 : 128, false, false);
+        for (int mode = 0; mode < 3; mode++) {
+            module_case(isas[k], MHA_MULTI_HEAD_ATTENTION, 64, 128, 2, 3, ref ? 70 : 157, mode);
+            module_case(isas[k], MHA_MULTI_HEAD_ATTENTION_WRAPPER, 24, 16, 3, 2, ref ? 40 : 131, mode);
+        }
+    }
+    mha_runtime_set_isa("auto");
+    return TEST_END("test_threads");
+}
