@@ -6,19 +6,21 @@
  * each kernel, then run r + 1 of each), so that load from other tenants of
  * the machine hits them alike.
  *
- * Work split as the library's caller does it: OpenMP over (b, h, q-block)
- * tasks, schedule(dynamic, 1), costliest (last) q-blocks first.
+ * The work is split exactly as the modules split it: through the attention
+ * layer (mha__attention_forward, src/attention/attention.c), each kernel
+ * named explicitly (its dispatch table), so this measures what a forward
+ * runs.
  * Prints min and median time over repeated runs and GFLOP/s with
  * flops = 4 * B * H * (T (T + 1) / 2) * HD (the causal half); checks each
  * kernel's result once against the reference kernel on the first and last
  * head.
  *
  * Usage: bench_attn_core [reps]      (default 9)
- * Environment: MHA_BENCH_QBLOCK = rows per task (default 64),
- *              MHA_BENCH_IDLE_WAIT = seconds the whole program may spend
+ * Environment: MHA_BENCH_IDLE_WAIT = seconds the whole program may spend
  *              waiting for idle CPUs before timed runs (default 60; 0 = off;
  *              the VM is shared, other tenants' jobs take cores),
  *              MHA_ISA=ref to time the reference kernel. */
+#include "attention/attention.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -103,59 +105,60 @@ static mha__attn_args head_args(const shape *s, const float *qkv, float *out, fl
     return a;
 }
 
-typedef void (*kernel_fn)(const mha__attn_args *, float *);
-
-/* One forward over all heads with nthreads threads. */
-static void run_core(const shape *s, const float *qkv, float *out, float *lse, kernel_fn fn,
-                     float **scratch, int nthreads, int64_t qblock) {
-    const int64_t nqb = (s->T + qblock - 1) / qblock, nbh = s->B * s->H;
-    const int64_t ntask = nqb * nbh;
+/* One forward over all heads with nthreads threads, through the layer. */
+static void run_core(const shape *s, const float *qkv, float *out, float *lse,
+                     const mha__kernels *k, void *ws, size_t ws_size, int nthreads) {
+    const int64_t D = s->H * s->HD;
+    mha__attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.B = s->B, d.T = s->T, d.H = s->H, d.HD = s->HD;
+    d.qkv = qkv, d.ld_qkv = 3 * D, d.q_base = 0, d.k_base = D, d.v_base = 2 * D;
+    d.head_stride = s->HD;
+    d.o = out, d.ldo = D, d.lse = lse;
+    d.scale = (float)(1.0 / sqrt((double)s->HD));
+    d.causal = true;
+    d.kernels = k;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+    omp_set_num_threads(nthreads);
 #else
     (void)nthreads;
 #endif
-    for (int64_t t = 0; t < ntask; t++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        const int64_t qb = nqb - 1 - t / nbh, bh = t % nbh; /* last q-blocks first */
-        mha__attn_args a = head_args(s, qkv, out, lse, bh / s->H, bh % s->H);
-        a.q_begin = qb * qblock;
-        a.q_end = a.q_begin + qblock < s->T ? a.q_begin + qblock : s->T;
-        fn(&a, scratch[tid]);
+    if (mha__attention_forward(&d, ws, ws_size) != MHA_OK) {
+        fprintf(stderr, "attention: %s\n", mha_last_error());
+        exit(1);
     }
+}
+
+static size_t workspace(const shape *s, const mha__kernels *k, int nthreads) {
+    mha__attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.B = s->B, d.T = s->T, d.H = s->H, d.HD = s->HD, d.causal = true, d.kernels = k;
+#ifdef _OPENMP
+    omp_set_num_threads(nthreads);
+#else
+    (void)nthreads;
+#endif
+    return mha__attention_workspace(&d);
 }
 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 9;
     if (reps < 1) reps = 1;
-    int64_t qblock = 64;
-    const char *e = getenv("MHA_BENCH_QBLOCK");
-    if (e && atoi(e) > 0) qblock = atoi(e);
-    e = getenv("MHA_BENCH_IDLE_WAIT");
+    const char *e = getenv("MHA_BENCH_IDLE_WAIT");
     if (e) idle_budget_s = atof(e);
 
-    typedef struct {
-        const char *name;
-        kernel_fn fn;
-        size_t (*scratch_fn)(int64_t, int64_t);
-    } kernel;
-    kernel ks[3];
+    const mha__kernels *ks[3];
     int nk = 0;
-    /* every fused kernel this CPU runs, as far as MHA_ISA allows */
+    /* every fused kernel set this CPU runs, as far as MHA_ISA allows */
     const mha__isa_t cap = mha__kernels_active()->isa;
-    for (int i = MHA_ISA_AVX2; i <= (int)cap; i++) {
-        const mha__kernels *t = mha__kernels_get((mha__isa_t)i);
-        if (t) ks[nk++] = (kernel){t->name, t->attn_fwd, t->attn_fwd_scratch};
-    }
-    if (nk == 0) ks[nk++] = (kernel){"ref", mha__attn_fwd_ref, mha__attn_fwd_ref_scratch};
+    for (int i = MHA_ISA_AVX2; i <= (int)cap; i++)
+        if (mha__kernels_get((mha__isa_t)i)) ks[nk++] = mha__kernels_get((mha__isa_t)i);
+    if (nk == 0) ks[nk++] = mha__kernels_get(MHA_ISA_REF);
     static const shape shapes[] = {{1, 1024, 12, 64}, {8, 256, 12, 64}, {8, 1024, 12, 64}};
     static const int threads[] = {1, 2};
     printf("attention core, causal, kernels:");
-    for (int k = 0; k < nk; k++) printf(" %s", ks[k].name);
-    printf(", q-block %lld rows per task, %d reps\n", (long long)qblock, reps);
+    for (int k = 0; k < nk; k++) printf(" %s", ks[k]->name);
+    printf(", %d reps\n", reps);
     int failures = 0;
 
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -174,14 +177,16 @@ int main(int argc, char **argv) {
         memset(out, 0, sizeof(float) * nout);
         const double flops = 4.0 * (double)(s->B * s->H) * ((double)s->T * (double)(s->T + 1) / 2.0) *
                              (double)s->HD;
-        float *scratch[3][2];
-        for (int k = 0; k < nk; k++)
-            for (int t = 0; t < 2; t++)
-                scratch[k][t] = malloc(sizeof(float) * ks[k].scratch_fn(s->T, s->HD));
+        void *ws[3];
+        size_t ws_size[3];
+        for (int k = 0; k < nk; k++) {
+            ws_size[k] = workspace(s, ks[k], 2);
+            ws[k] = malloc(ws_size[k]);
+        }
 
         /* correctness, once per kernel: first and last head against the reference */
         for (int k = 0; k < nk; k++) {
-            run_core(s, qkv, out, lse, ks[k].fn, scratch[k], 2, qblock);
+            run_core(s, qkv, out, lse, ks[k], ws[k], ws_size[k], 2);
             float *ref = malloc(sizeof(float) * (size_t)(s->T * D));
             float *rl = malloc(sizeof(float) * (size_t)s->T);
             float *rs = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(s->T, s->HD));
@@ -208,7 +213,7 @@ int main(int argc, char **argv) {
             failures += !ok;
             printf("B=%lld T=%lld H=%lld HD=%lld %-6s: check vs reference (2 heads): max|do| %.3g, "
                    "max|dlse| %.3g %s\n",
-                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, ks[k].name,
+                   (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, ks[k]->name,
                    md, ml, ok ? "OK" : "FAILED");
             free(ref);
             free(rl);
@@ -220,12 +225,12 @@ int main(int argc, char **argv) {
             double *times = malloc(sizeof(double) * (size_t)(reps * nk));
             int gated[3] = {0, 0, 0};
             for (int k = 0; k < nk; k++) /* warm-up */
-                run_core(s, qkv, out, lse, ks[k].fn, scratch[k], nt, qblock);
+                run_core(s, qkv, out, lse, ks[k], ws[k], ws_size[k], nt);
             for (int r = 0; r < reps; r++)
                 for (int k = 0; k < nk; k++) {
                     gated[k] += wait_idle();
                     const double t0 = now_s();
-                    run_core(s, qkv, out, lse, ks[k].fn, scratch[k], nt, qblock);
+                    run_core(s, qkv, out, lse, ks[k], ws[k], ws_size[k], nt);
                     times[k * reps + r] = now_s() - t0;
                 }
             for (int k = 0; k < nk; k++) {
@@ -235,14 +240,13 @@ int main(int argc, char **argv) {
                 printf("B=%lld T=%4lld H=%lld HD=%lld threads %d %-6s: min %8.3f ms %6.1f GFLOP/s | "
                        "median %8.3f ms %6.1f GFLOP/s | %d/%d runs after an idle check\n",
                        (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
-                       ks[k].name, 1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed,
+                       ks[k]->name, 1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed,
                        flops / tmed * 1e-9, gated[k], reps);
             }
             fflush(stdout);
             free(times);
         }
-        for (int k = 0; k < nk; k++)
-            for (int t = 0; t < 2; t++) free(scratch[k][t]);
+        for (int k = 0; k < nk; k++) free(ws[k]);
         free(qkv);
         free(out);
         free(lse);

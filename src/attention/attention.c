@@ -27,18 +27,22 @@ static int max_threads(void) {
 #endif
 }
 
+static const mha__kernels *kernels_of(const mha__attention_desc *d) {
+    return d->kernels ? d->kernels : mha__kernels_active();
+}
+
 static size_t kernel_scratch_floats(const mha__attention_desc *d) {
-    return mha__kernels_active()->attn_fwd_scratch(d->T, d->HD);
+    return kernels_of(d)->attn_fwd_scratch(d->T, d->HD);
 }
 
 /* A fused (flash) kernel is in use: every table's but the reference's. */
-static bool fused(void) { return mha__kernels_active()->isa != MHA_ISA_REF; }
+static bool fused(const mha__attention_desc *d) { return kernels_of(d)->isa != MHA_ISA_REF; }
 
 /* The PyTorch mask is drawn serially; the fast path draws it into bits
  * first (B*H*T*ceil(T/64) words, training mode only), the reference path
  * draws while it computes, row by row. */
 static bool torch_mask_as_bits(const mha__attention_desc *d) {
-    return d->dropout == MHA_DROPOUT_TORCH && fused();
+    return d->dropout == MHA_DROPOUT_TORCH && fused(d);
 }
 
 /* 64-bit words of mask bits for all heads; 0 on overflow. */
@@ -169,7 +173,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 
     const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK;
     const int64_t ntasks = B * H * nqb;
-    const mha__kernels *k = mha__kernels_active();
+    const mha__kernels *k = kernels_of(d);
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 #endif

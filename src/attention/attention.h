@@ -32,6 +32,7 @@ typedef struct {
     bool heads_outer;    /* TORCH draw order: (H, B, T, T) (wrapper) instead of (B, H, T, T) */
     uint64_t philox_seed;
     uint64_t philox_offset; /* stream of head (b, h) = (offset << 32) + b*H + h */
+    const mha__kernels *kernels; /* NULL: the active table; else these (tests, benchmarks) */
 } mha__attention_desc;
 
 /* Workspace bytes mha__attention_forward needs; 0 on overflow. */
