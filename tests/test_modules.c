@@ -181,17 +181,11 @@ int main(void) {
         float *lse1 = malloc(sizeof(float) * (size_t)(B * 2 * T)), *lse2 = malloc(sizeof(float) * (size_t)(B * 2 * T));
         mha_forward_opts o = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX, .philox_seed = 77, .philox_offset = 3,
                               .lse = lse1};
-        REQUIRE(mha_runtime_set_isa("ref") == MHA_OK, "set ref");
-        REQUIRE(strcmp(mha_runtime_isa(), "ref") == 0 && strcmp(mha_runtime_blas(), "ref") == 0, "ref in use");
+        REQUIRE(TEST_USE_ISA("ref") && strcmp(mha_runtime_blas(), "ref") == 0, "ref in use");
         REQUIRE(mha_module_forward_ex(m, b1, bx, B, T, &o, NULL, 0) == MHA_OK, "philox reference");
         static const char *const fast[] = {"avx2", "avx512"};
         for (int k = 0; k < 2; k++) {
-            const mha_status st = mha_runtime_set_isa(fast[k]);
-            if (st == MHA_ERR_UNSUPPORTED) {
-                printf("test_modules: no %s kernels here (%s)\n", fast[k], mha_last_error());
-                continue;
-            }
-            REQUIRE(st == MHA_OK && strcmp(mha_runtime_isa(), fast[k]) == 0, "set %s", fast[k]);
+            if (!TEST_USE_ISA(fast[k])) continue;
             o.lse = lse2;
             REQUIRE(mha_module_forward_ex(m, b2, bx, B, T, &o, NULL, 0) == MHA_OK, "philox %s", fast[k]);
             float ymax = 0.0f, lmax = 0.0f;

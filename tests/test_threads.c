@@ -98,12 +98,7 @@ int main(void) {
     if (mha_runtime_threads() != 3) TEST_SKIP("test_threads", "built without OpenMP: one thread only");
     const char *const isas[] = {"ref", "avx2", "avx512"};
     for (int k = 0; k < 3; k++) {
-        const mha_status st = mha_runtime_set_isa(isas[k]);
-        if (st == MHA_ERR_UNSUPPORTED) {
-            printf("test_threads: no %s kernels here (%s)\n", isas[k], mha_last_error());
-            continue;
-        }
-        REQUIRE(st == MHA_OK && strcmp(mha_runtime_isa(), isas[k]) == 0, "set_isa(%s)", isas[k]);
+        if (!TEST_USE_ISA(isas[k])) continue;
         const bool ref = k == 0; /* the reference loops are slow: smaller shapes */
         printf("test_threads: %s kernels, GEMM %s\n", isas[k], mha_runtime_blas());
         gemm_case(isas[k], ref ? 300 : 1500, ref ? 200 : 900, ref ? 64 : 256, true, true);

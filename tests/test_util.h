@@ -6,9 +6,12 @@
 #ifndef MHA_TEST_UTIL_H
 #define MHA_TEST_UTIL_H
 
+#include "mha.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int t_pass, t_fail;
 
@@ -38,6 +41,24 @@ static int t_pass, t_fail;
         printf("%s: skipped: %s\n", name, why);                           \
         exit(77);                                                         \
     } while (0)
+
+/* Makes the kernels of ISA `isa` ("ref", "avx2", "avx512") the active ones
+ * and returns true; returns false (saying so) where this CPU or build lacks
+ * them; any other failure stops the program. */
+#define TEST_USE_ISA(isa)                                                 \
+    test_use_isa_(isa, __FILE__, __LINE__)
+static inline int test_use_isa_(const char *isa, const char *file, int line) {
+    const mha_status st = mha_runtime_set_isa(isa);
+    if (st == MHA_ERR_UNSUPPORTED) {
+        printf("no %s kernels here: %s\n", isa, mha_last_error());
+        return 0;
+    }
+    if (st != MHA_OK || strcmp(mha_runtime_isa(), isa) != 0) {
+        fprintf(stderr, "FAIL %s:%d: mha_runtime_set_isa(%s): %s\n", file, line, isa, mha_last_error());
+        exit(1);
+    }
+    return 1;
+}
 
 #define TEST_END(name)                                                    \
     (printf("%s: %d passed, %d failed\n", name, t_pass, t_fail), t_fail ? 1 : 0)

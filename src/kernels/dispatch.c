@@ -24,30 +24,28 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
 
+/* The entries every complete kernel set has, named mha__<kernel>_<sfx>. */
+#define FILL_SET(k, ISA, sfx)                            \
+    do {                                                 \
+        (k)->isa = ISA;                                  \
+        (k)->name = isa_names[ISA];                      \
+        (k)->attn_fwd = mha__attn_fwd_##sfx;             \
+        (k)->attn_fwd_scratch = mha__attn_fwd_##sfx##_scratch; \
+        (k)->mt_twist = mha__mt_twist_##sfx;             \
+        (k)->mt_temper = mha__mt_temper_##sfx;           \
+        (k)->mt_twist_temper = mha__mt_twist_temper_##sfx; \
+        (k)->keep_bits_raw = mha__keep_bits_raw_##sfx;   \
+        (k)->dropout_apply = mha__dropout_apply_##sfx;   \
+    } while (0)
+
 static void fill_ref(mha__kernels *k) {
-    k->isa = MHA_ISA_REF;
-    k->name = isa_names[MHA_ISA_REF];
-    k->attn_fwd = mha__attn_fwd_ref;
-    k->attn_fwd_scratch = mha__attn_fwd_ref_scratch;
-    k->mt_twist = mha__mt_twist_ref;
-    k->mt_temper = mha__mt_temper_ref;
-    k->mt_twist_temper = mha__mt_twist_temper_ref;
-    k->keep_bits_raw = mha__keep_bits_raw_ref;
-    k->dropout_apply = mha__dropout_apply_ref;
+    FILL_SET(k, MHA_ISA_REF, ref);
     k->gemm = mha__sgemm_ref;
 }
 
 #if defined(MHA_HAVE_AVX2_KERNELS)
 static void fill_avx2(mha__kernels *k) {
-    k->isa = MHA_ISA_AVX2;
-    k->name = isa_names[MHA_ISA_AVX2];
-    k->attn_fwd = mha__attn_fwd_avx2;
-    k->attn_fwd_scratch = mha__attn_fwd_avx2_scratch;
-    k->mt_twist = mha__mt_twist_avx2;
-    k->mt_temper = mha__mt_temper_avx2;
-    k->mt_twist_temper = mha__mt_twist_temper_avx2;
-    k->keep_bits_raw = mha__keep_bits_raw_avx2;
-    k->dropout_apply = mha__dropout_apply_avx2;
+    FILL_SET(k, MHA_ISA_AVX2, avx2);
     k->gemm = mha__sgemm_backend;
 }
 #endif
