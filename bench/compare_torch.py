@@ -48,9 +48,11 @@ def best_coretype():
 
     OpenBLAS 0.3.21 (Debian 12) picks its kernels from the CPU model and falls
     back to SSE3 ones on models it does not know (e.g. virtualised Xeons).
-    Zen vs Haswell on this project's Zen 3 VM: the same speed within noise
-    (2 threads, 8192x2304x768: 118-148 vs 127-155 GFLOP/s over three alternating
-    runs); Zen is what OpenBLAS itself detects on AMD. This choice is made only
+    Zen vs Haswell on this project's Zen 3 VM (2 threads, 8192x2304x768): no
+    difference beyond the VM's noise (118-148 vs 127-155 GFLOP/s alternating);
+    Debian's 0.3.21 builds the same sgemm kernel source for both (equal-sized
+    sgemm_kernel_ZEN / _HASWELL). Zen is what OpenBLAS itself detects on
+    AMD, so it is used there. This choice is made only
     here, for the benchmark's OpenBLAS child, never in the library.
     """
     try:
