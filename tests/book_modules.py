@@ -1,6 +1,6 @@
 """The five attention classes of chapter 3 of "Build a Large Language Model
 (From Scratch)", written exactly as the book writes them (the oracle for the
-differential tests). See ../../shared/docs/book-reference.md.
+differential tests). See docs/book-reference.md.
 
 Running this file checks them against the numbers the book prints.
 """
