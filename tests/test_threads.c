@@ -2,7 +2,7 @@
  * projection GEMM (tiled by shape, tests/test_gemm.c checks its values) and
  * the module forward in eval mode, with PyTorch's dropout mask and with the
  * Philox mask, for MultiHeadAttention and the wrapper, bit for bit with 1,
- * 2 and 3 threads, under every kernel set this CPU has (each named).
+ * 2, 3 and 4 threads, under every kernel set this CPU has (each named).
  * Without OpenMP there is nothing to compare: the program reports a skip
  * (exit status 77). */
 #include "kernels/kernels.h"
@@ -18,8 +18,8 @@ static void fill(float *x, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
 }
 
-static const int THREADS[] = {1, 2, 3};
-enum { NTHREADS = 3 };
+static const int THREADS[] = {1, 2, 3, 4};
+enum { NTHREADS = 4 };
 
 static void gemm_case(const char *isa, int64_t M, int64_t N, int64_t K, bool tb, bool bias) {
     const int64_t lda = K, ldb = tb ? K : N;
