@@ -1,16 +1,21 @@
 /* test_attn_kernels.c — the attention kernels against their oracles.
  *
  *  1. Philox4x32-10 known-answer vectors (Random123) and mha__philox_keep.
- *  2. The AVX2 and AVX-512 expf (vexp_avx2.h, vexp_avx512.h): max ULP
- *     error against double exp over a dense sweep of [-87, 0] and a few
- *     points up to 88; the two agree bit for bit.
+ *  2. The expf of simd_exp.h on each SIMD layer (AVX2, the 16-lane
+ *     emulation of AVX-512, AVX-512 where the CPU has it): max ULP error
+ *     against double exp over a dense sweep of [-87, 0] and a few points up
+ *     to 88; the layers agree bit for bit.
  *  3. mha__attn_fwd_ref against a naive double-precision oracle (in this
- *     file), and each fast kernel (mha__attn_fwd_avx2, mha__attn_fwd_avx512
- *     where compiled and supported by the CPU) against mha__attn_fwd_ref,
- *     over many
- *     shapes (T = 1 .. 1024, HD = 1 .. 128), causal and not, strided rows
- *     (a packed (T, 3*HD + pad) qkv buffer), sub-ranges [q_begin, q_end),
- *     lse, BITMASK and PHILOX dropout. Tolerance:
+ *     file), and each fast kernel against mha__attn_fwd_ref: the library's
+ *     mha__attn_fwd_avx2 and mha__attn_fwd_avx512 (where compiled and
+ *     supported by the CPU), and two test-only instantiations of the same
+ *     body (isa_variants.h): gen16, the AVX-512 kernel on a portable
+ *     emulation of its SIMD layer, and avx2w32, the AVX-512 tunables on the
+ *     AVX2 layer. gen16 must reproduce avx2w32's bits (and avx512's where it
+ *     runs) exactly: that is how the AVX-512 kernel is tested on CPUs without
+ *     AVX-512. Over many shapes (T = 1 .. 1024, HD = 1 .. 128), causal and
+ *     not, strided rows (a packed (T, 3*HD + pad) qkv buffer), sub-ranges
+ *     [q_begin, q_end), lse, BITMASK and PHILOX dropout. Tolerance:
  *       max|o_fast - o_ref| <= 1e-5 * max(1, max|o_ref|), |lse diff| <= 1e-5.
  *  4. Determinism (each fast kernel): splitting the rows into chunks gives
  *     bit-identical results; rows outside the range are not written; with
@@ -21,10 +26,7 @@
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
 #if defined(MHA_HAVE_AVX2_KERNELS)
-#include "kernels/vexp_avx2.h"
-#endif
-#if defined(MHA_HAVE_AVX512_KERNELS)
-#include "kernels/vexp_avx512.h"
+#include "isa_variants.h"
 #endif
 
 #include <math.h>
@@ -40,8 +42,10 @@ typedef struct {
     void (*fn)(const mha__attn_args *, float *);
     size_t (*scratch)(int64_t, int64_t);
     double worst, worst_lse; /* max |o - o_ref| / max(1, max|o_ref|), |lse diff| */
+    int twin; /* index in fast[] of a kernel whose bits this one must give, or -1 */
 } fast_kernel;
-static fast_kernel fast[2];
+enum { MAX_FAST = 4 };
+static fast_kernel fast[MAX_FAST];
 static int n_fast;
 
 
@@ -104,19 +108,8 @@ static void test_philox(void) {
 
 /* ---- 2. vector expf ----------------------------------------------------- */
 #if defined(MHA_HAVE_AVX2_KERNELS)
-/* y[0..n) = exp(x[0..n)), n a multiple of 16. */
+/* y[0..n) = exp(x[0..n)), n a multiple of 16 (isa_variants.h). */
 typedef void (*vexp_fn)(const float *x, float *y, size_t n);
-
-__attribute__((target("avx2,fma"))) static void vexp_array_avx2(const float *x, float *y, size_t n) {
-    for (size_t i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, mha__vexpf_avx2(_mm256_loadu_ps(x + i)));
-}
-#if defined(MHA_HAVE_AVX512_KERNELS)
-__attribute__((target("avx512f"))) static void vexp_array_avx512(const float *x, float *y,
-                                                                   size_t n) {
-    for (size_t i = 0; i < n; i += 16)
-        _mm512_storeu_ps(y + i, mha__vexpf_avx512(_mm512_loadu_ps(x + i)));
-}
-#endif
 
 static double ulp_error(float got, double want) {
     if (want == 0.0) return got == 0.0f ? 0.0 : (double)INFINITY;
@@ -330,11 +323,12 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
     head_init(&h, T, HD, pad, qmul);
     const size_t on = (size_t)(T * h.ldo);
     float *o_ref = malloc(sizeof(float) * on), *o_nai = malloc(sizeof(float) * on);
-    float *o_fast = malloc(sizeof(float) * on);
     float *l_ref = malloc(sizeof(float) * (size_t)T), *l_nai = malloc(sizeof(float) * (size_t)T);
-    float *l_fast = malloc(sizeof(float) * (size_t)T);
-    for (size_t i = 0; i < on; i++) o_ref[i] = o_nai[i] = o_fast[i] = 12345.0f;
-    for (int64_t i = 0; i < T; i++) l_ref[i] = l_nai[i] = l_fast[i] = 12345.0f;
+    /* every fast kernel's output, kept for the twin comparison */
+    float *o_all = malloc(sizeof(float) * on * MAX_FAST);
+    float *l_all = malloc(sizeof(float) * (size_t)T * MAX_FAST);
+    for (size_t i = 0; i < on; i++) o_ref[i] = o_nai[i] = 12345.0f;
+    for (int64_t i = 0; i < T; i++) l_ref[i] = l_nai[i] = 12345.0f;
 
     mha__attn_args a = head_args(&h, o_ref, l_ref, causal, drop, p);
     a.q_begin = qb;
@@ -361,6 +355,7 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
     }
     for (int kf = 0; kf < n_fast; kf++) {
         fast_kernel *f = &fast[kf];
+        float *o_fast = o_all + on * (size_t)kf, *l_fast = l_all + (size_t)T * (size_t)kf;
         for (size_t i = 0; i < on; i++) o_fast[i] = 12345.0f;
         for (int64_t i = 0; i < T; i++) l_fast[i] = 12345.0f;
         a.o = o_fast;
@@ -387,13 +382,25 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
             for (int64_t d = HD; d < h.ldo; d++) touched += o_fast[i * h.ldo + d] != 12345.0f;
         CHECK(touched == 0, "%s: %s: %d values outside the range written", f->name, what,
               touched);
+        if (f->twin >= 0) { /* the same bits as its twin, lse included */
+            const float *o_twin = o_all + on * (size_t)f->twin;
+            const float *l_twin = l_all + (size_t)T * (size_t)f->twin;
+            int diff = 0;
+            for (int64_t i = qb; i < qe; i++) {
+                diff += memcmp(o_fast + i * h.ldo, o_twin + i * h.ldo,
+                               sizeof(float) * (size_t)HD) != 0;
+                diff += memcmp(l_fast + i, l_twin + i, sizeof(float)) != 0;
+            }
+            CHECK(diff == 0, "%s vs %s: %s: %d rows not bit-identical", f->name,
+                  fast[f->twin].name, what, diff);
+        }
     }
     free(o_ref);
     free(o_nai);
-    free(o_fast);
     free(l_ref);
     free(l_nai);
-    free(l_fast);
+    free(o_all);
+    free(l_all);
     head_free(&h);
 }
 
@@ -526,19 +533,32 @@ static void check_alias(const fast_kernel *f, int64_t T, int64_t HD, bool causal
 
 int main(void) {
     bool avx2 = false, avx512 = false;
+    int gen16 = -1; /* index of the emulated AVX-512 kernel in fast[] */
 #if defined(MHA_HAVE_AVX2_KERNELS)
     __builtin_cpu_init();
     avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) fast[n_fast++] = (fast_kernel){"avx2", mha__attn_fwd_avx2, mha__attn_fwd_avx2_scratch, 0, 0};
+    if (avx2) {
+        fast[n_fast++] =
+            (fast_kernel){"avx2", mha__attn_fwd_avx2, mha__attn_fwd_avx2_scratch, 0, 0, -1};
+        /* the AVX-512 tunables on the AVX2 layer, then on the emulated
+         * AVX-512 layer: lane-wise ops, so the same bits */
+        const int w32 = n_fast++;
+        fast[w32] = (fast_kernel){"avx2w32", mha__attn_fwd_avx2w32,
+                                  mha__attn_fwd_avx2w32_scratch, 0, 0, -1};
+        gen16 = n_fast++;
+        fast[gen16] = (fast_kernel){"gen16", mha__attn_fwd_gen16, mha__attn_fwd_gen16_scratch, 0,
+                                    0, w32};
+    }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
     avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (avx512)
-        fast[n_fast++] =
-            (fast_kernel){"avx512", mha__attn_fwd_avx512, mha__attn_fwd_avx512_scratch, 0, 0};
+    if (avx512) /* the real thing: must give the emulation's bits */
+        fast[n_fast++] = (fast_kernel){"avx512", mha__attn_fwd_avx512,
+                                       mha__attn_fwd_avx512_scratch, 0, 0, gen16};
     else
-        printf("AVX-512 kernel compiled, but this CPU lacks AVX-512 F/BW/DQ/VL: not tested\n");
+        printf("AVX-512 kernel compiled, but this CPU lacks AVX-512 F/BW/DQ/VL: tested through "
+               "its emulation (gen16) only\n");
 #else
     printf("AVX-512 kernel not compiled: not tested\n");
 #endif
@@ -546,12 +566,16 @@ int main(void) {
 
     test_philox();
 #if defined(MHA_HAVE_AVX2_KERNELS)
-    if (avx2) test_vexp("avx2", vexp_array_avx2, NULL);
+    if (avx2) {
+        test_vexp("avx2", vexp_array_avx2, NULL);
+        test_vexp("gen16", vexp_array_gen16, vexp_array_avx2);
+    }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
     if (avx512) test_vexp("avx512", vexp_array_avx512, vexp_array_avx2);
 #endif
     (void)avx512;
+    (void)gen16;
 
     static const int64_t Ts[] = {1, 2, 5, 7, 63, 64, 65, 127, 200, 1024};
     static const int64_t HDs[] = {1, 2, 3, 7, 8, 15, 16, 17, 64, 65, 128};

@@ -1,0 +1,71 @@
+/* attn_tunables.h — the tile sizes of attn_fwd_body.h per ISA, in one place
+ * so that the AVX-512 kernel and its test emulation (tests/attn_gen16.c)
+ * cannot drift apart. Include a SIMD layer, define ATTN_TUNE_AVX2 or
+ * ATTN_TUNE_AVX512, include this; it defines the ATTN_* tunables the body
+ * reads. Each default can be
+ * overridden from the command line (-DMHA_ATTN_AVX2_KB=96) for tuning runs
+ * with bench_attn_core.
+ *
+ * AVX2 (16 ymm): panels of 16 queries (NV = 2), register tiles up to 6 keys
+ * or dims x 2 vectors = 12 accumulators; NP = 4, KB = 64 measured best on
+ * the project machine.
+ * AVX-512 (32 zmm): panels of 32 queries (NV = 2), tiles up to 12 x 2 = 24
+ * accumulators. Measured on an AVX-512 machine: KB = 128 is 7-25% faster
+ * than 64 at the GPT-2 shapes (96..192 alike, 14-key or 8-key tiles alike,
+ * NV = 4 alike, NV = 1 ~10% slower); copying GPT-2's stride-2304 K/V tiles
+ * or not makes no difference, so the crowding threshold is AVX2's. */
+#ifndef MHA_ATTN_TUNABLES_H
+#define MHA_ATTN_TUNABLES_H
+
+#if defined(ATTN_TUNE_AVX2)
+
+#ifndef MHA_ATTN_AVX2_NP
+#define MHA_ATTN_AVX2_NP 4 /* panels per q-block */
+#endif
+#ifndef MHA_ATTN_AVX2_KB
+#define MHA_ATTN_AVX2_KB 64 /* keys per tile (a multiple of 4) */
+#endif
+#ifndef MHA_ATTN_AVX2_CROWD
+#define MHA_ATTN_AVX2_CROWD 16 /* lines of a K/V tile per cache set that trigger a copy */
+#endif
+#define ATTN_NV 2 /* vectors per panel row: PW = 8 * 2 = 16 queries */
+#define ATTN_NP MHA_ATTN_AVX2_NP
+#define ATTN_KB MHA_ATTN_AVX2_KB
+#define ATTN_QK_MR 6 /* 6 x 2 accumulators + 2 loads + 1 broadcast of 16 ymm */
+#define ATTN_PV_MR 6
+#define ATTN_CROWD MHA_ATTN_AVX2_CROWD
+
+#elif defined(ATTN_TUNE_AVX512)
+
+#ifndef MHA_ATTN_AVX512_NV
+#define MHA_ATTN_AVX512_NV 2 /* vectors per panel row: PW = 16 * NV queries */
+#endif
+#ifndef MHA_ATTN_AVX512_NP
+#define MHA_ATTN_AVX512_NP 2 /* panels per q-block */
+#endif
+#ifndef MHA_ATTN_AVX512_KB
+#define MHA_ATTN_AVX512_KB 128 /* keys per tile (a multiple of 4) */
+#endif
+#ifndef MHA_ATTN_AVX512_QK_MR
+#define MHA_ATTN_AVX512_QK_MR 12 /* max keys per QK register tile (<= 14) */
+#endif
+#ifndef MHA_ATTN_AVX512_PV_MR
+#define MHA_ATTN_AVX512_PV_MR 12 /* max output dims per PV register tile (<= 14) */
+#endif
+#ifndef MHA_ATTN_AVX512_CROWD
+#define MHA_ATTN_AVX512_CROWD 16 /* lines of a K/V tile per cache set that trigger a copy */
+#endif
+/* In vectors of the layer: the panel stays 16 * NV queries on a narrower
+ * layer (tests/attn_avx2w32.c runs these tiles on simd_avx2.h). */
+#define ATTN_NV (MHA_ATTN_AVX512_NV * 16 / VW)
+#define ATTN_NP MHA_ATTN_AVX512_NP
+#define ATTN_KB MHA_ATTN_AVX512_KB
+#define ATTN_QK_MR MHA_ATTN_AVX512_QK_MR
+#define ATTN_PV_MR MHA_ATTN_AVX512_PV_MR
+#define ATTN_CROWD MHA_ATTN_AVX512_CROWD
+
+#else
+#error "define ATTN_TUNE_AVX2 or ATTN_TUNE_AVX512 before including attn_tunables.h"
+#endif
+
+#endif

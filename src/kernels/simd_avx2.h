@@ -1,0 +1,70 @@
+/* simd_avx2.h — the SIMD layer on AVX2/FMA: 8 float lanes per vector.
+ *
+ * simd_avx512.h and tests/simd_gen16.h define the same names for other
+ * widths; a kernel body (attn_fwd_body.h, simd_exp.h) written on them is
+ * compiled once per layer. One translation unit includes one layer. The
+ * ops that are one intrinsic on both x86 layers are in simd_x86.h; this
+ * file has the types and the ops that differ (masks are vectors here).
+ *
+ *   vf, vi, vm      float vector, 32-bit int vector, lane mask (here a vf
+ *                   whose lanes are all ones or all zeros, as cmp_ps gives)
+ *   VW              lanes per vector
+ *   vf_load/store   aligned to the vector's size (32 bytes here); _u: unaligned
+ *   vf_set1/zero/bcast, add/sub/mul/min/max, fmadd (a*b+c, fused),
+ *   fnmadd (c-a*b, fused)
+ *   vf_lt, vf_eq    ordered compares (false on NaN); vf_neq_u: unordered
+ *   vf_select(m,a,b) m ? a : b;  vf_keep(m,x) m ? x : 0;
+ *   vf_zero_where(m,x) m ? 0 : x;  vm_any(m): some lane set;  vm_or
+ *   vi_set1/iota (0, 1, .., VW-1)/loadu/add/xor/shl, vf_as_vi/vi_as_vf
+ *   (bit casts), vi_lt (signed), vu_lt (unsigned), vu_mulhilo(a, b): hi
+ *   and lo 32 bits of a * b unsigned (b: one value in every lane),
+ *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane).
+ * Every op is lane-wise; the max and min keep the x86 operand order
+ * (max(a, b) = a > b ? a : b, so NaN in a gives b). */
+#ifndef MHA_SIMD_AVX2_H
+#define MHA_SIMD_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "simd_avx2.h needs -mavx2 -mfma"
+#endif
+
+#define VW 8
+typedef __m256 vf;
+typedef __m256i vi;
+typedef __m256 vm;
+
+#define MM(op) _mm256_##op
+#define MM_SI(op) _mm256_##op##_si256
+#define MM_CMP_PS _mm256_cmp_ps
+#define MM_CASTPS_SI _mm256_castps_si256
+#define MM_CASTSI_PS _mm256_castsi256_ps
+#include "simd_x86.h"
+
+VINL vf vf_bcast(const float *p) { return _mm256_broadcast_ss(p); }
+VINL vf vf_select(vm m, vf a, vf b) { return _mm256_blendv_ps(b, a, m); }
+VINL vf vf_keep(vm m, vf x) { return _mm256_and_ps(x, m); }
+VINL vf vf_zero_where(vm m, vf x) { return _mm256_andnot_ps(m, x); }
+VINL int vm_any(vm m) { return _mm256_movemask_ps(m); }
+VINL vm vm_or(vm a, vm b) { return _mm256_or_ps(a, b); }
+
+VINL vi vi_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+VINL vm vi_lt(vi a, vi b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)); }
+VINL vm vu_lt(vi a, vi b) { /* flip the sign bits: unsigned order as signed */
+    const __m256i sign = _mm256_set1_epi32(INT32_MIN);
+    return _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_xor_si256(b, sign), _mm256_xor_si256(a, sign)));
+}
+VINL vm vi_test(vi a, vi bit) {
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(a, bit), bit));
+}
+VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
+    const __m256i pe = _mm256_mul_epu32(a, b);                        /* lanes 0,2,4,6 */
+    const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b); /* lanes 1,3,5,7 */
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
+    *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
+}
+
+#endif

@@ -1,0 +1,53 @@
+/* simd_avx512.h — the SIMD layer on AVX-512 (F, BW, DQ, VL): 16 float lanes
+ * per vector, masks in k registers (__mmask16, one bit per lane).
+ *
+ * The names and their meaning are simd_avx2.h's (the list is there);
+ * vf_load/vf_store need 64-byte alignment. The ops that are one intrinsic
+ * on both x86 layers are in simd_x86.h; here are the types and the ops
+ * that differ. tests/simd_gen16.h emulates
+ * this file op for op in portable C, so that the kernel body compiled on
+ * this layer is tested on machines without AVX-512: keep the two in step. */
+#ifndef MHA_SIMD_AVX512_H
+#define MHA_SIMD_AVX512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__) || \
+    !defined(__AVX512VL__) || !defined(__FMA__)
+#error "simd_avx512.h needs -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma"
+#endif
+
+#define VW 16
+typedef __m512 vf;
+typedef __m512i vi;
+typedef __mmask16 vm;
+
+#define MM(op) _mm512_##op
+#define MM_SI(op) _mm512_##op##_si512
+#define MM_CMP_PS _mm512_cmp_ps_mask
+#define MM_CASTPS_SI _mm512_castps_si512
+#define MM_CASTSI_PS _mm512_castsi512_ps
+#include "simd_x86.h"
+
+VINL vf vf_bcast(const float *p) { return _mm512_set1_ps(*p); }
+VINL vf vf_select(vm m, vf a, vf b) { return _mm512_mask_mov_ps(b, m, a); }
+VINL vf vf_keep(vm m, vf x) { return _mm512_maskz_mov_ps(m, x); }
+VINL vf vf_zero_where(vm m, vf x) { return _mm512_maskz_mov_ps((__mmask16)~m, x); }
+VINL int vm_any(vm m) { return m != 0; }
+VINL vm vm_or(vm a, vm b) { return (vm)(a | b); }
+
+VINL vi vi_iota(void) {
+    return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+VINL vm vi_lt(vi a, vi b) { return _mm512_cmplt_epi32_mask(a, b); }
+VINL vm vu_lt(vi a, vi b) { return _mm512_cmplt_epu32_mask(a, b); }
+VINL vm vi_test(vi a, vi bit) { return _mm512_test_epi32_mask(a, bit); }
+VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
+    const __m512i pe = _mm512_mul_epu32(a, b);                        /* even lanes */
+    const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b); /* odd lanes */
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+}
+
+#endif

@@ -1,0 +1,62 @@
+/* simd_exp.h — expf on a SIMD layer (include simd_avx2.h, simd_avx512.h or
+ * tests/simd_gen16.h first), max error ~1 ULP. Written once, so every
+ * layer returns the same bits lane for lane.
+ *
+ * exp(x) = 2^n * exp(r), n = round(x * log2 e), r = x - n ln2 with a
+ * two-constant Cody-Waite split of ln2 (ln2_hi has 9 trailing zero bits, so
+ * x - n*ln2_hi is exact), |r| <= ln2/2 + tiny, and
+ *   exp(r) ~ 1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3 + c6 r^4),
+ * a degree-6 polynomial whose c2..c6 were fitted to minimise the maximum
+ * relative error on [-ln2/2, ln2/2] (Lawson iteration; 3.7e-9 with the
+ * coefficients rounded to float, far below the evaluation error).
+ * The rounding to n uses the 1.5*2^23 shifter (one FMA); 2^n is built by
+ * shifting n into the exponent field.
+ *
+ * Range: x < -87.3 (including -inf) -> exactly 0 (the result would be
+ * subnormal or within 2% of FLT_MIN; flushing keeps everything normal);
+ * x > 88.37 (including +inf) is clamped to 88.37 (result ~2.4e38, never
+ * inf: n stays <= 127, so 2^n is a normal float); NaN -> NaN. The softmax
+ * only evaluates x <= 0.
+ * Measured max error on [-87, 0] against double exp: see
+ * tests/test_attn_kernels.c (about 1 ULP).
+ * No bit tricks of the Schraudolph kind: every step is an ordinary float op. */
+#ifndef MHA_SIMD_EXP_H
+#define MHA_SIMD_EXP_H
+
+#ifndef VW
+#error "include a SIMD layer (simd_avx2.h, simd_avx512.h) before simd_exp.h"
+#endif
+
+VINL vf vf_exp(vf x) {
+    const vf hi = vf_set1(88.37f);
+    const vf lo = vf_set1(-87.3f);
+    const vf log2e = vf_set1(0x1.715476p+0f);
+    const vf shifter = vf_set1(0x1.8p23f);
+    const vf ln2_hi = vf_set1(0x1.62e400p-1f);
+    const vf ln2_lo = vf_set1(0x1.7f7d1cp-20f);
+    const vf c2 = vf_set1(0x1.fffffcp-2f);
+    const vf c3 = vf_set1(0x1.555492p-3f);
+    const vf c4 = vf_set1(0x1.5558f2p-5f);
+    const vf c5 = vf_set1(0x1.123a0ep-7f);
+    const vf c6 = vf_set1(0x1.6a2454p-10f);
+
+    const vm under = vf_lt(x, lo);          /* false for NaN */
+    x = vf_min(hi, x);                      /* NaN stays NaN */
+    const vf z = vf_fmadd(x, log2e, shifter); /* 1.5*2^23 + n */
+    const vf n = vf_sub(z, shifter);
+    vf r = vf_fnmadd(n, ln2_hi, x); /* exact */
+    r = vf_fnmadd(n, ln2_lo, r);
+    const vf r2 = vf_mul(r, r);
+    vf p = vf_fmadd(c6, r, c5);
+    p = vf_fmadd(p, r, c4);
+    p = vf_fmadd(p, r, c3);
+    p = vf_fmadd(p, r, c2);
+    p = vf_fmadd(p, r2, r);          /* exp(r) - 1 */
+    p = vf_add(p, vf_set1(1.0f));    /* exp(r) */
+    /* 2^n: the low bits of z hold n (two's complement); n in [-126, 127]. */
+    const vi e = vi_add(vi_shl(vf_as_vi(z), 23), vi_set1(0x3F800000));
+    p = vf_mul(p, vi_as_vf(e));
+    return vf_zero_where(under, p);
+}
+
+#endif

@@ -1,0 +1,43 @@
+/* simd_x86.h — the ops of the SIMD layer that are the same intrinsic on
+ * AVX2 and AVX-512 but for its width, written once. Included by
+ * simd_avx2.h and simd_avx512.h (the API is listed in simd_avx2.h) after
+ * they define:
+ *   VW, vf, vi, vm       the width and the vector and mask types
+ *   MM(op)               the intrinsic prefix: _mm256_op / _mm512_op
+ *   MM_SI(op)            whole-register integer ops: _mm256_op_si256 / ..512
+ *   MM_CMP_PS            the float compare: to a vector (AVX2) or a k mask
+ *   MM_CASTPS_SI, MM_CASTSI_PS   bit casts between vf and vi */
+#ifndef MHA_SIMD_X86_H
+#define MHA_SIMD_X86_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#define VINL __attribute__((always_inline)) static inline
+
+VINL vf vf_load(const float *p) { return MM(load_ps)(p); }
+VINL vf vf_loadu(const float *p) { return MM(loadu_ps)(p); }
+VINL void vf_store(float *p, vf x) { MM(store_ps)(p, x); }
+VINL void vf_storeu(float *p, vf x) { MM(storeu_ps)(p, x); }
+VINL vf vf_set1(float x) { return MM(set1_ps)(x); }
+VINL vf vf_zero(void) { return MM(setzero_ps)(); }
+VINL vf vf_add(vf a, vf b) { return MM(add_ps)(a, b); }
+VINL vf vf_sub(vf a, vf b) { return MM(sub_ps)(a, b); }
+VINL vf vf_mul(vf a, vf b) { return MM(mul_ps)(a, b); }
+VINL vf vf_fmadd(vf a, vf b, vf c) { return MM(fmadd_ps)(a, b, c); }
+VINL vf vf_fnmadd(vf a, vf b, vf c) { return MM(fnmadd_ps)(a, b, c); }
+VINL vf vf_max(vf a, vf b) { return MM(max_ps)(a, b); }
+VINL vf vf_min(vf a, vf b) { return MM(min_ps)(a, b); }
+VINL vm vf_lt(vf a, vf b) { return MM_CMP_PS(a, b, _CMP_LT_OQ); }
+VINL vm vf_eq(vf a, vf b) { return MM_CMP_PS(a, b, _CMP_EQ_OQ); }
+VINL vm vf_neq_u(vf a, vf b) { return MM_CMP_PS(a, b, _CMP_NEQ_UQ); }
+
+VINL vi vi_set1(int32_t x) { return MM(set1_epi32)(x); }
+VINL vi vi_loadu(const int32_t *p) { return MM_SI(loadu)((const void *)p); }
+VINL vi vi_add(vi a, vi b) { return MM(add_epi32)(a, b); }
+VINL vi vi_xor(vi a, vi b) { return MM_SI(xor)(a, b); }
+VINL vi vi_shl(vi a, int n) { return MM(slli_epi32)(a, (unsigned)n); }
+VINL vi vf_as_vi(vf x) { return MM_CASTPS_SI(x); }
+VINL vf vi_as_vf(vi x) { return MM_CASTSI_PS(x); }
+
+#endif

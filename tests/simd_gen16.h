@@ -1,0 +1,126 @@
+/* simd_gen16.h — a portable 16-lane emulation of src/kernels/simd_avx512.h
+ * (GCC vector extensions, one C expression per lane), test-only.
+ *
+ * Same names and meaning (listed in simd_avx2.h); every op does lane for
+ * lane what the AVX-512 intrinsic in simd_avx512.h does, including the
+ * corners: the mask is a 16-bit lane mask like __mmask16; vf_max(a, b) is
+ * a > b ? a : b and vf_min(a, b) a < b ? a : b (vmaxps/vminps: the second
+ * operand when unordered or equal); compares are ordered except vf_neq_u;
+ * vf_fmadd is one fused multiply-add per lane (fmaf, a single rounding,
+ * never mul then add); vf_load/vf_store dereference a 64-byte vector type,
+ * so a misaligned pointer is as wrong here as for vmovaps (UBSan reports
+ * it); the int vector is unsigned so that adds and shifts wrap as the
+ * hardware's do. So the kernel body compiled on this layer must give the
+ * bits the AVX-512 kernel gives: tests/test_attn_kernels.c relies on it to
+ * test that kernel on machines without AVX-512. */
+#ifndef MHA_SIMD_GEN16_H
+#define MHA_SIMD_GEN16_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* 64-byte vectors are passed and returned by value only between these
+ * always-inline functions, never across an ABI boundary: GCC's note that
+ * their ABI differs without -mavx512f does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define VW 16
+#define VINL __attribute__((always_inline)) static inline
+
+typedef float vf __attribute__((vector_size(64)));
+typedef uint32_t vi __attribute__((vector_size(64)));
+typedef uint16_t vm;
+
+VINL vf vf_load(const float *p) { return *(const vf *)(const void *)p; }
+VINL vf vf_loadu(const float *p) {
+    vf x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+VINL void vf_store(float *p, vf x) { *(vf *)(void *)p = x; }
+VINL void vf_storeu(float *p, vf x) { memcpy(p, &x, sizeof x); }
+VINL vf vf_set1(float x) {
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = x;
+    return r;
+}
+VINL vf vf_zero(void) { return vf_set1(0.0f); }
+VINL vf vf_bcast(const float *p) { return vf_set1(*p); }
+VINL vf vf_add(vf a, vf b) { return a + b; }
+VINL vf vf_sub(vf a, vf b) { return a - b; }
+VINL vf vf_mul(vf a, vf b) { return a * b; }
+VINL vf vf_fmadd(vf a, vf b, vf c) {
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = fmaf(a[i], b[i], c[i]);
+    return r;
+}
+VINL vf vf_fnmadd(vf a, vf b, vf c) { /* -(a*b) + c, one rounding */
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = fmaf(-a[i], b[i], c[i]);
+    return r;
+}
+VINL vf vf_max(vf a, vf b) {
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = a[i] > b[i] ? a[i] : b[i];
+    return r;
+}
+VINL vf vf_min(vf a, vf b) {
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = a[i] < b[i] ? a[i] : b[i];
+    return r;
+}
+
+/* Lane i of a mask is bit i. */
+#define GEN16_MASK(expr)                                                                        \
+    vm m_ = 0;                                                                                  \
+    for (int i = 0; i < VW; i++)                                                                \
+        if (expr) m_ = (vm)(m_ | (1u << i));                                                    \
+    return m_
+VINL vm vf_lt(vf a, vf b) { GEN16_MASK(a[i] < b[i]); }
+VINL vm vf_eq(vf a, vf b) { GEN16_MASK(a[i] == b[i]); }
+VINL vm vf_neq_u(vf a, vf b) { GEN16_MASK(!(a[i] == b[i])); }
+VINL vm vi_lt(vi a, vi b) { GEN16_MASK((int32_t)a[i] < (int32_t)b[i]); }
+VINL vm vu_lt(vi a, vi b) { GEN16_MASK(a[i] < b[i]); }
+VINL vm vi_test(vi a, vi bit) { GEN16_MASK((a[i] & bit[i]) != 0); }
+#undef GEN16_MASK
+
+VINL vf vf_select(vm m, vf a, vf b) {
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = (m >> i) & 1u ? a[i] : b[i];
+    return r;
+}
+VINL vf vf_keep(vm m, vf x) { return vf_select(m, x, vf_zero()); }
+VINL vf vf_zero_where(vm m, vf x) { return vf_select(m, vf_zero(), x); }
+VINL int vm_any(vm m) { return m != 0; }
+VINL vm vm_or(vm a, vm b) { return (vm)(a | b); }
+
+VINL vi vi_set1(int32_t x) {
+    vi r;
+    for (int i = 0; i < VW; i++) r[i] = (uint32_t)x;
+    return r;
+}
+VINL vi vi_iota(void) {
+    vi r;
+    for (int i = 0; i < VW; i++) r[i] = (uint32_t)i;
+    return r;
+}
+VINL vi vi_loadu(const int32_t *p) {
+    vi x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+VINL vi vi_add(vi a, vi b) { return a + b; }
+VINL vi vi_xor(vi a, vi b) { return a ^ b; }
+VINL vi vi_shl(vi a, int n) { return a << (uint32_t)n; } /* 0 <= n < 32 */
+VINL vi vf_as_vi(vf x) { return (vi)x; }
+VINL vf vi_as_vf(vi x) { return (vf)x; }
+VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
+    for (int i = 0; i < VW; i++) {
+        const uint64_t p = (uint64_t)a[i] * b[i];
+        (*hi)[i] = (uint32_t)(p >> 32);
+        (*lo)[i] = (uint32_t)p;
+    }
+}
+
+#endif
