@@ -534,12 +534,15 @@ static void check_alias(const fast_kernel *f, int64_t T, int64_t HD, bool causal
 int main(void) {
     bool avx2 = false, avx512 = false;
     int gen16 = -1; /* index of the emulated AVX-512 kernel in fast[] */
+    /* The CPU's kernel sets, from the dispatch (which asks the CPU once),
+     * each named: the test never switches the active ones. */
+    const mha__kernels *k_avx2 = mha__kernels_get(MHA_ISA_AVX2);
+    const mha__kernels *k_avx512 = mha__kernels_get(MHA_ISA_AVX512);
+    avx2 = k_avx2 != NULL;
+    avx512 = k_avx512 != NULL;
 #if defined(MHA_HAVE_AVX2_KERNELS)
-    __builtin_cpu_init();
-    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (avx2) {
-        fast[n_fast++] =
-            (fast_kernel){"avx2", mha__attn_fwd_avx2, mha__attn_fwd_avx2_scratch, 0, 0, -1};
+        fast[n_fast++] = (fast_kernel){"avx2", k_avx2->attn_fwd, k_avx2->attn_fwd_scratch, 0, 0, -1};
         /* the AVX-512 tunables on the AVX2 layer, then on the emulated
          * AVX-512 layer: lane-wise ops, so the same bits */
         const int w32 = n_fast++;
@@ -551,11 +554,9 @@ int main(void) {
     }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
-    avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     if (avx512) /* the real thing: must give the emulation's bits */
-        fast[n_fast++] = (fast_kernel){"avx512", mha__attn_fwd_avx512,
-                                       mha__attn_fwd_avx512_scratch, 0, 0, gen16};
+        fast[n_fast++] = (fast_kernel){"avx512", k_avx512->attn_fwd, k_avx512->attn_fwd_scratch,
+                                       0, 0, gen16};
     else
         printf("AVX-512 kernel compiled, but this CPU lacks AVX-512 F/BW/DQ/VL: tested through "
                "its emulation (gen16) only\n");
