@@ -29,8 +29,9 @@ static int t_pass, t_fail;
 
 #define REQUIRE(cond, ...)                                                \
     do {                                                                  \
-        CHECK(cond, __VA_ARGS__);                                         \
-        if (!(cond)) {                                                    \
+        const int require_ok_ = (cond) ? 1 : 0; /* evaluated once */      \
+        CHECK(require_ok_, __VA_ARGS__);                                  \
+        if (!require_ok_) {                                               \
             printf("%d passed, %d failed (stopped: a precondition failed)\n", t_pass, t_fail); \
             exit(1);                                                      \
         }                                                                 \
