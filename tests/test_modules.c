@@ -7,19 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mha_config cfg(mha_kind kind, int64_t d_in, int64_t d_out, int64_t ctx, double p, int64_t heads,
-                      int bias) {
-    mha_config c;
-    mha_config_init(&c, kind);
-    c.d_in = d_in;
-    c.d_out = d_out;
-    c.context_length = ctx;
-    c.dropout = p;
-    c.num_heads = heads;
-    c.qkv_bias = bias;
-    return c;
-}
-
 static void expect_config_error(mha_config c, mha_status want, const char *keyword) {
     mha_module *m = (mha_module *)1;
     mha_status st = mha_module_create(&c, &m);
@@ -27,11 +14,6 @@ static void expect_config_error(mha_config c, mha_status want, const char *keywo
           mha_last_error());
     CHECK(m == NULL, "module pointer cleared on failure");
     CHECK(strstr(mha_last_error(), keyword) != NULL, "detail '%s' names '%s'", mha_last_error(), keyword);
-}
-
-static void fill(float *x, size_t n, unsigned seed) {
-    srand(seed);
-    for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
 }
 
 static float max_abs_diff(const float *a, const float *b, size_t n) {
@@ -62,25 +44,25 @@ int main(void) {
 
     /* configuration errors */
     const mha_kind MHA = MHA_MULTI_HEAD_ATTENTION;
-    expect_config_error(cfg(MHA, 3, 5, 6, 0, 2, 0), MHA_ERR_CONFIG, "divisible by num_heads");
-    expect_config_error(cfg(MHA, 0, 4, 6, 0, 2, 0), MHA_ERR_CONFIG, "d_in");
-    expect_config_error(cfg(MHA, 3, -4, 6, 0, 2, 0), MHA_ERR_CONFIG, "d_out");
-    expect_config_error(cfg(MHA, 3, 4, 0, 0, 2, 0), MHA_ERR_CONFIG, "context_length");
-    expect_config_error(cfg(MHA, 3, 4, 6, 1.0, 2, 0), MHA_ERR_CONFIG, "dropout");
-    expect_config_error(cfg(MHA, 3, 4, 6, -0.1, 2, 0), MHA_ERR_CONFIG, "dropout");
-    expect_config_error(cfg(MHA, 3, 4, 6, NAN, 2, 0), MHA_ERR_CONFIG, "dropout");
-    expect_config_error(cfg(MHA, 3, 4, 6, 0, 0, 0), MHA_ERR_CONFIG, "num_heads");
-    expect_config_error(cfg(MHA, 3, 4, 6, 0, 2, 2), MHA_ERR_CONFIG, "qkv_bias");
-    expect_config_error(cfg(MHA, (int64_t)1 << 40, 4, 6, 0, 2, 0), MHA_ERR_OVERFLOW, "d_in");
-    expect_config_error(cfg(MHA, 3, 4, (int64_t)1 << 50, 0, 2, 0), MHA_ERR_OVERFLOW, "context_length");
-    expect_config_error(cfg(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 1 << 20, 6, 0, 1 << 20, 0), MHA_ERR_OVERFLOW, "num_heads");
-    expect_config_error(cfg((mha_kind)99, 3, 4, 6, 0, 2, 0), MHA_ERR_UNKNOWN_MODULE, "kind");
-    expect_config_error(cfg(MHA_CAUSAL_ATTENTION, 3, 4, -1, 0, 1, 0), MHA_ERR_CONFIG, "context_length");
+    expect_config_error(test_config(MHA, 3, 5, 6, 0, 2, 0), MHA_ERR_CONFIG, "divisible by num_heads");
+    expect_config_error(test_config(MHA, 0, 4, 6, 0, 2, 0), MHA_ERR_CONFIG, "d_in");
+    expect_config_error(test_config(MHA, 3, -4, 6, 0, 2, 0), MHA_ERR_CONFIG, "d_out");
+    expect_config_error(test_config(MHA, 3, 4, 0, 0, 2, 0), MHA_ERR_CONFIG, "context_length");
+    expect_config_error(test_config(MHA, 3, 4, 6, 1.0, 2, 0), MHA_ERR_CONFIG, "dropout");
+    expect_config_error(test_config(MHA, 3, 4, 6, -0.1, 2, 0), MHA_ERR_CONFIG, "dropout");
+    expect_config_error(test_config(MHA, 3, 4, 6, NAN, 2, 0), MHA_ERR_CONFIG, "dropout");
+    expect_config_error(test_config(MHA, 3, 4, 6, 0, 0, 0), MHA_ERR_CONFIG, "num_heads");
+    expect_config_error(test_config(MHA, 3, 4, 6, 0, 2, 2), MHA_ERR_CONFIG, "qkv_bias");
+    expect_config_error(test_config(MHA, (int64_t)1 << 40, 4, 6, 0, 2, 0), MHA_ERR_OVERFLOW, "d_in");
+    expect_config_error(test_config(MHA, 3, 4, (int64_t)1 << 50, 0, 2, 0), MHA_ERR_OVERFLOW, "context_length");
+    expect_config_error(test_config(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 1 << 20, 6, 0, 1 << 20, 0), MHA_ERR_OVERFLOW, "num_heads");
+    expect_config_error(test_config((mha_kind)99, 3, 4, 6, 0, 2, 0), MHA_ERR_UNKNOWN_MODULE, "kind");
+    expect_config_error(test_config(MHA_CAUSAL_ATTENTION, 3, 4, -1, 0, 1, 0), MHA_ERR_CONFIG, "context_length");
     CHECK(mha_module_create(NULL, NULL) == MHA_ERR_ARGUMENT, "NULL out");
 
     /* parameter names, shapes and state_dict order */
     mha_module *m = NULL;
-    mha_config c = cfg(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 6, 0, 2, 1);
+    mha_config c = test_config(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 6, 0, 2, 1);
     REQUIRE(mha_module_create_seeded(&c, 1, &m) == MHA_OK, "wrapper");
     static const char *const wnames[] = {"heads.0.W_query.weight", "heads.0.W_query.bias", "heads.0.W_key.weight",
                                          "heads.0.W_key.bias", "heads.0.W_value.weight", "heads.0.W_value.bias",
@@ -100,10 +82,10 @@ int main(void) {
     mha_module_free(NULL);
 
     /* forward errors leave y untouched */
-    c = cfg(MHA, 4, 6, 8, 0.1, 3, 0);
+    c = test_config(MHA, 4, 6, 8, 0.1, 3, 0);
     REQUIRE(mha_module_create_seeded(&c, 7, &m) == MHA_OK, "mha");
     float x[2 * 9 * 4], y[2 * 9 * 6], y2[2 * 9 * 6];
-    fill(x, sizeof x / sizeof *x, 1);
+    test_fill(x, sizeof x / sizeof *x, 1);
     for (size_t i = 0; i < sizeof y / sizeof *y; i++) y[i] = 42.0f;
     CHECK(mha_module_forward(m, y, x, 0, 5, NULL, NULL, 0) == MHA_ERR_SHAPE, "B = 0");
     CHECK(mha_module_forward(m, y, x, 2, 0, NULL, NULL, 0) == MHA_ERR_SHAPE, "T = 0");
@@ -148,7 +130,7 @@ int main(void) {
     mha_module_free(m);
 
     /* v1/v2 take one sequence */
-    c = cfg(MHA_SELF_ATTENTION_V2, 4, 3, 0, 0, 1, 1);
+    c = test_config(MHA_SELF_ATTENTION_V2, 4, 3, 0, 0, 1, 1);
     REQUIRE(mha_module_create_seeded(&c, 3, &m) == MHA_OK, "v2");
     CHECK(mha_module_forward(m, y, x, 2, 4, NULL, NULL, 0) == MHA_ERR_SHAPE, "v2 batch of 2");
     CHECK(mha_module_forward(m, y, x, 1, 17, NULL, NULL, 0) == MHA_OK, "v2 has no context_length");
@@ -156,7 +138,7 @@ int main(void) {
     mha_module_free(m);
 
     /* non-finite weights are reported */
-    c = cfg(MHA_CAUSAL_ATTENTION, 3, 2, 4, 0, 1, 0);
+    c = test_config(MHA_CAUSAL_ATTENTION, 3, 2, 4, 0, 1, 0);
     REQUIRE(mha_module_create(&c, &m) == MHA_OK, "causal");
     CHECK(mha_module_check_finite(m) == MHA_OK, "zeros are finite");
     REQUIRE(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK, "find_param");
@@ -165,12 +147,12 @@ int main(void) {
     mha_module_free(m);
 
     /* (thread-count independence: tests/test_threads.c) */
-    c = cfg(MHA, 64, 128, 200, 0.2, 2, 1);
+    c = test_config(MHA, 64, 128, 200, 0.2, 2, 1);
     REQUIRE(mha_module_create_seeded(&c, 5, &m) == MHA_OK, "mha 64");
     const int64_t B = 3, T = 157;
     float *bx = malloc(sizeof(float) * (size_t)(B * T * 64)), *b1 = malloc(sizeof(float) * (size_t)(B * T * 128)),
           *b2 = malloc(sizeof(float) * (size_t)(B * T * 128));
-    fill(bx, (size_t)(B * T * 64), 3);
+    test_fill(bx, (size_t)(B * T * 64), 3);
     CHECK(mha_runtime_set_threads(0) == MHA_ERR_ARGUMENT, "0 threads");
 
     /* Philox fast dropout: deterministic per (seed, offset), a fresh mask

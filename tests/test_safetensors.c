@@ -592,19 +592,6 @@ static void test_writer(void) {
 /* Modules                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static mha_config cfg_of(mha_kind k, int64_t din, int64_t dout, int64_t ctx, double drop,
-                         int64_t heads, int bias) {
-    mha_config c;
-    mha_config_init(&c, k);
-    c.d_in = din;
-    c.d_out = dout;
-    c.context_length = ctx;
-    c.dropout = drop;
-    c.num_heads = heads;
-    c.qkv_bias = bias;
-    return c;
-}
-
 static int same_params(const mha_module *a, const mha_module *b) {
     size_t n = mha_module_num_params(a);
     if (n != mha_module_num_params(b)) return 0;
@@ -624,25 +611,25 @@ static void test_module_roundtrip(void) {
         mha_config c;
         const char *names; /* expected file order, space separated */
     } cases[] = {
-        {cfg_of(MHA_SELF_ATTENTION_V1, 3, 2, 0, 0, 1, 0), "W_query W_key W_value"},
-        {cfg_of(MHA_SELF_ATTENTION_V2, 3, 2, 0, 0, 1, 1),
+        {test_config(MHA_SELF_ATTENTION_V1, 3, 2, 0, 0, 1, 0), "W_query W_key W_value"},
+        {test_config(MHA_SELF_ATTENTION_V2, 3, 2, 0, 0, 1, 1),
          "W_query.weight W_query.bias W_key.weight W_key.bias W_value.weight W_value.bias"},
-        {cfg_of(MHA_SELF_ATTENTION_V2, 4, 3, 0, 0, 1, 0),
+        {test_config(MHA_SELF_ATTENTION_V2, 4, 3, 0, 0, 1, 0),
          "W_query.weight W_key.weight W_value.weight"},
-        {cfg_of(MHA_CAUSAL_ATTENTION, 3, 2, 6, 0.1, 1, 0),
+        {test_config(MHA_CAUSAL_ATTENTION, 3, 2, 6, 0.1, 1, 0),
          "mask W_query.weight W_key.weight W_value.weight"},
-        {cfg_of(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 6, 0.0, 2, 1),
+        {test_config(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 6, 0.0, 2, 1),
          "heads.0.mask heads.0.W_query.weight heads.0.W_query.bias heads.0.W_key.weight "
          "heads.0.W_key.bias heads.0.W_value.weight heads.0.W_value.bias "
          "heads.1.mask heads.1.W_query.weight heads.1.W_query.bias heads.1.W_key.weight "
          "heads.1.W_key.bias heads.1.W_value.weight heads.1.W_value.bias"},
-        {cfg_of(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 4, 0.5, 11, 0), NULL},
-        {cfg_of(MHA_MULTI_HEAD_ATTENTION, 4, 4, 5, 0.25, 2, 0),
+        {test_config(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 4, 0.5, 11, 0), NULL},
+        {test_config(MHA_MULTI_HEAD_ATTENTION, 4, 4, 5, 0.25, 2, 0),
          "mask W_query.weight W_key.weight W_value.weight out_proj.weight out_proj.bias"},
-        {cfg_of(MHA_MULTI_HEAD_ATTENTION, 512, 512, 64, 0.1, 8, 1), /* > 2^20 values */
+        {test_config(MHA_MULTI_HEAD_ATTENTION, 512, 512, 64, 0.1, 8, 1), /* > 2^20 values */
          "mask W_query.weight W_query.bias W_key.weight W_key.bias W_value.weight W_value.bias "
          "out_proj.weight out_proj.bias"},
-        {cfg_of(MHA_MULTI_HEAD_ATTENTION, 6, 6, 3, 1.0 / 3.0, 3, 1),
+        {test_config(MHA_MULTI_HEAD_ATTENTION, 6, 6, 3, 1.0 / 3.0, 3, 1),
          "mask W_query.weight W_query.bias W_key.weight W_key.bias W_value.weight W_value.bias "
          "out_proj.weight out_proj.bias"},
     };
@@ -998,7 +985,7 @@ static void test_module_errors(void) {
 
     /* wrapper masks: heads.N.mask for N < num_heads only */
     {
-        mha_config c = cfg_of(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 4, 0.0, 2, 0);
+        mha_config c = test_config(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 3, 2, 4, 0.0, 2, 0);
         mha_module *m = NULL;
         if (mha_module_create_seeded(&c, 7, &m) == MHA_OK) {
             char path[256];
@@ -1135,7 +1122,7 @@ static void test_locale(void) {
         printf("(no comma locale installed; locale test skipped)\n");
         return;
     }
-    mha_config c = cfg_of(MHA_CAUSAL_ATTENTION, 3, 2, 4, 0.25, 1, 0);
+    mha_config c = test_config(MHA_CAUSAL_ATTENTION, 3, 2, 4, 0.25, 1, 0);
     mha_module *m = NULL, *r = NULL;
     char path[256];
     path_in(path, sizeof path, "loc.safetensors");

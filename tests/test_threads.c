@@ -13,11 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void fill(float *x, size_t n, unsigned seed) {
-    srand(seed);
-    for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
-}
-
 static const int THREADS[] = {1, 2, 3, 4};
 enum { NTHREADS = 4 };
 
@@ -26,9 +21,9 @@ static void gemm_case(const char *isa, int64_t M, int64_t N, int64_t K, bool tb,
     float *A = malloc(sizeof(float) * (size_t)(M * K)), *W = malloc(sizeof(float) * (size_t)(N * K)),
           *bv = malloc(sizeof(float) * (size_t)N), *c[NTHREADS];
     REQUIRE(A && W && bv, "alloc");
-    fill(A, (size_t)(M * K), 1);
-    fill(W, (size_t)(N * K), 2);
-    fill(bv, (size_t)N, 3);
+    test_fill(A, (size_t)(M * K), 1);
+    test_fill(W, (size_t)(N * K), 2);
+    test_fill(bv, (size_t)N, 3);
     for (int t = 0; t < NTHREADS; t++) {
         c[t] = malloc(sizeof(float) * (size_t)(M * N));
         REQUIRE(c[t] && mha_runtime_set_threads(THREADS[t]) == MHA_OK, "threads");
@@ -48,21 +43,14 @@ static void gemm_case(const char *isa, int64_t M, int64_t N, int64_t K, bool tb,
 /* mode 0: eval, 1: PyTorch's mask (generator), 2: Philox mask (+ lse). */
 static void module_case(const char *isa, mha_kind kind, int64_t d_in, int64_t d_out, int64_t H,
                         int64_t B, int64_t T, int mode) {
-    mha_config c;
-    mha_config_init(&c, kind);
-    c.d_in = d_in;
-    c.d_out = d_out;
-    c.context_length = T;
-    c.num_heads = H;
-    c.dropout = mode ? 0.2 : 0.0;
-    c.qkv_bias = 1;
+    mha_config c = test_config(kind, d_in, d_out, T, mode ? 0.2 : 0.0, H, 1);
     mha_module *m = NULL;
     REQUIRE(mha_module_create_seeded(&c, 7, &m) == MHA_OK, "create: %s", mha_last_error());
     const int64_t w = mha_config_output_width(&c);
     const size_t nx = (size_t)(B * T * d_in), ny = (size_t)(B * T * w), nl = (size_t)(B * H * T);
     float *x = malloc(sizeof(float) * nx), *y[NTHREADS], *lse[NTHREADS];
     REQUIRE(x != NULL, "alloc");
-    fill(x, nx, 4);
+    test_fill(x, nx, 4);
     for (int t = 0; t < NTHREADS; t++) {
         y[t] = malloc(sizeof(float) * ny);
         lse[t] = malloc(sizeof(float) * nl);

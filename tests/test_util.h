@@ -61,6 +61,26 @@ static inline int test_use_isa_(const char *isa, const char *file, int line) {
     return 1;
 }
 
+/* A module configuration in one call: the book's constructor arguments. */
+static inline mha_config test_config(mha_kind kind, int64_t d_in, int64_t d_out, int64_t ctx,
+                                     double dropout, int64_t heads, int qkv_bias) {
+    mha_config c;
+    mha_config_init(&c, kind);
+    c.d_in = d_in;
+    c.d_out = d_out;
+    c.context_length = ctx;
+    c.dropout = dropout;
+    c.num_heads = heads;
+    c.qkv_bias = qkv_bias;
+    return c;
+}
+
+/* x[0..n) uniform in [-1, 1], reproducible from seed (rand()). */
+static inline void test_fill(float *x, size_t n, unsigned seed) {
+    srand(seed);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+}
+
 #define TEST_END(name)                                                    \
     (printf("%s: %d passed, %d failed\n", name, t_pass, t_fail), t_fail ? 1 : 0)
 

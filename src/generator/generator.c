@@ -208,7 +208,7 @@ uint64_t mha__u53_threshold(double q) {
 }
 
 void mha__keep_bits_raw_ref(const uint32_t *raw, size_t n, uint64_t threshold,
-                                 uint64_t *bits) {
+                            uint64_t *bits) {
     for (size_t w = 0; w * 64 < n; w++) {
         const size_t m = n - w * 64 < 64 ? n - w * 64 : 64;
         const uint32_t *r = raw + w * 128;
@@ -464,6 +464,8 @@ void mha_generator_normal(mha_generator *g, float *out, size_t n, double mean, d
 
 /* ------------------------------------------------------------------------ */
 /* Dropout (section 5)                                                       */
+/* ------------------------------------------------------------------------ */
+
 /* out[j] = in[j] * (bit j ? scale : 0): the reference table's dropout. */
 void mha__dropout_apply_ref(float *out, const float *in, const uint64_t *bits, size_t n,
                             float scale) {
@@ -472,8 +474,6 @@ void mha__dropout_apply_ref(float *out, const float *in, const uint64_t *bits, s
         out[j] = in[j] * noise;
     }
 }
-
-/* ------------------------------------------------------------------------ */
 
 float mha__dropout_scale(double p) {
     /* noise.div_(1 - p): the divisor becomes a float, the quotient is a

@@ -91,12 +91,11 @@ static struct {
 static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
 
 #if defined(MHA_HAVE_ONEDNN)
-static bool cap_avx2;
-
 void mha__sgemm_backend_cap_avx2(void) {
     /* Effective only before oneDNN's first use (the dispatch calls this
-     * before any GEMM); a user's ONEDNN_MAX_CPU_ISA may cap it further. */
-    cap_avx2 = dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2) == dnnl_success;
+     * before any GEMM); a user's ONEDNN_MAX_CPU_ISA may cap it further.
+     * mha_runtime_blas() reports the ISA oneDNN then runs. */
+    (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx2);
 }
 
 static const char *onednn_isa(dnnl_cpu_isa_t isa) {
