@@ -309,6 +309,68 @@ MHA_API mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */
                                      mha_trace_fn fn, void *user);
 
 /* ------------------------------------------------------------------------ */
+/* Training: backward, gradients                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Gradients. Every parameter has a gradient buffer of its name and shape
+ * (PyTorch's .grad), allocated zeroed at the first call that needs it;
+ * mha_module_backward accumulates into it ([acc]), as autograd does. */
+/* The gradient of parameter i (mha_module_param's order): same name, ndim,
+ * shape and numel; data is the module's gradient buffer (read and write
+ * while the module lives). ERR_NOMEM when it cannot be allocated. */
+MHA_API mha_status mha_module_grad(mha_module *m, size_t i, mha_param *out);
+/* ERR_MISSING when the module has no parameter of that name. */
+MHA_API mha_status mha_module_find_grad(mha_module *m, const char *name, mha_param *out);
+/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
+MHA_API mha_status mha_module_zero_grad(mha_module *m);
+
+/* What a forward saves for its backward: the projections Q, K, V
+ * (B, T, 3 * W), the attention's output (B, T, W), the logsumexp of every
+ * attention row (B, H, T) and, in training mode with PyTorch's mask, the
+ * mask bits (B*H*T*T bits); with the Philox mask only (seed, offset). Never
+ * a (T, T) weight matrix otherwise. x is not copied: the backward takes it
+ * again. A tape is grown on demand and reused across steps. */
+typedef struct mha_tape mha_tape;
+MHA_API mha_status mha_tape_create(mha_tape **out);
+MHA_API void mha_tape_free(mha_tape *t);
+/* Bytes the tape holds now. */
+MHA_API size_t mha_tape_bytes(const mha_tape *t);
+
+/* mha_module_forward_ex that also records into tape what the backward needs
+ * (opts->lse is still honoured). Same errors, plus ERR_NOMEM when the tape
+ * cannot grow. On failure the tape is left empty. */
+MHA_API mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int64_t B,
+                                   int64_t T, const mha_forward_opts *opts, mha_tape *tape,
+                                   void *workspace, size_t workspace_size);
+
+/* Bytes of scratch mha_module_backward needs for (B, T): linear in B*T
+ * (never T*T); 0 on invalid sizes. */
+MHA_API size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B, int64_t T);
+
+/* Backward pass of the forward recorded in tape (which must come from this
+ * module, with its parameters unchanged since).
+ *   x  [in]  the forward's input, (B, T, D_in) as there
+ *   dy [in]  gradient of the loss with respect to y, (B, T, W)
+ *   dx [out] (B, T, D_in), or NULL when not wanted
+ * Every parameter's gradient is accumulated ([acc]). The dropout mask is
+ * the forward's: PyTorch's replayed from the saved bits, Philox's
+ * regenerated. workspace: as for mha_module_forward (NULL: the module's own).
+ * Results do not depend on the thread count.
+ * Errors: ERR_ARGUMENT (no forward recorded in tape, or another module's),
+ * ERR_NONFINITE (dy holds NaN/inf), ERR_WORKSPACE, ERR_NOMEM; on failure
+ * no gradient and not dx is changed. */
+MHA_API mha_status mha_module_backward(mha_module *m, const mha_tape *tape, float *dx,
+                               const float *x, const float *dy, void *workspace,
+                               size_t workspace_size);
+
+/* Backward of mha_simple_attention_forward: dx [out] (T, D) from x and
+ * dcontext (T, D). */
+MHA_API mha_status mha_simple_attention_backward(float *dx /* [out] (T, D) */,
+                                         const float *x /* [in] (T, D) */,
+                                         const float *dcontext /* [in] (T, D) */,
+                                         int64_t T, int64_t D);
+
+/* ------------------------------------------------------------------------ */
 /* safetensors                                                               */
 /* ------------------------------------------------------------------------ */
 

@@ -9,6 +9,7 @@
 #include "generator/generator.h"
 #include "kernels/philox.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(MHA_HAVE_OPENMP)
@@ -42,11 +43,11 @@ static bool fused(const mha__attention_desc *d) { return kernels_of(d)->isa != M
  * first (B*H*T*ceil(T/64) words, training mode only), the reference path
  * draws while it computes, row by row. */
 static bool torch_mask_as_bits(const mha__attention_desc *d) {
-    return d->dropout == MHA_DROPOUT_TORCH && fused(d);
+    return d->dropout == MHA_DROPOUT_TORCH && (fused(d) || d->keep_bits);
 }
 
 /* 64-bit words of mask bits for all heads; 0 on overflow. */
-static size_t keep_words(const mha__attention_desc *d) {
+size_t mha__attention_keep_words(const mha__attention_desc *d) {
     size_t n;
     if (!mha__mul_size((size_t)d->B, (size_t)d->H, &n) || !mha__mul_size(n, (size_t)d->T, &n) ||
         !mha__mul_size(n, ((size_t)d->T + 63u) / 64u, &n))
@@ -57,8 +58,8 @@ static size_t keep_words(const mha__attention_desc *d) {
 size_t mha__attention_workspace(const mha__attention_desc *d) {
     size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float)), total;
     if (!mha__mul_size(per, (size_t)max_threads(), &total)) return 0;
-    if (torch_mask_as_bits(d)) {
-        size_t bits, words = keep_words(d);
+    if (torch_mask_as_bits(d) && !d->keep_bits) {
+        size_t bits, words = mha__attention_keep_words(d);
         if (words == 0 || !mha__mul_size(words, sizeof(uint64_t), &bits) ||
             !mha__add_size(total, mha__align64(bits), &total))
             return 0;
@@ -165,7 +166,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
     memset(&md, 0, sizeof md);
     md.d = d;
     if (torch_mask_as_bits(d)) {
-        md.bits = (uint64_t *)(void *)(scratch + per * (size_t)nt);
+        md.bits = d->keep_bits ? d->keep_bits : (uint64_t *)(void *)(scratch + per * (size_t)nt);
 #if defined(MHA_HAVE_OPENMP)
         omp_init_lock(&md.lock);
 #endif
@@ -214,5 +215,178 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 #if defined(MHA_HAVE_OPENMP)
     if (md.bits) omp_destroy_lock(&md.lock);
 #endif
+    return MHA_OK;
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* Keys per chunk are multiples of this (the kernels' key tiles stay whole). */
+#define MHA_KCHUNK_ALIGN 64
+/* Enough (batch, head, chunk) tasks to keep a few threads busy: heads are
+ * cut into key chunks until there are about this many tasks. A function of
+ * the shape only. */
+#define MHA_BWD_MIN_TASKS 32
+
+static int64_t bwd_chunks(const mha__attention_desc *d) {
+    const int64_t bh = d->B * d->H, max_c = (d->T + MHA_KCHUNK_ALIGN - 1) / MHA_KCHUNK_ALIGN;
+    int64_t c = (MHA_BWD_MIN_TASKS + bh - 1) / bh;
+    return c < 1 ? 1 : c > max_c ? max_c : c;
+}
+
+/* Keys [*k0, *k1) of chunk c of n. Causal: the early keys are seen by more
+ * rows, so the chunks hold about equal numbers of (row, key) pairs. */
+static void chunk_keys(const mha__attention_desc *d, int64_t c, int64_t n, int64_t *k0,
+                       int64_t *k1) {
+    const int64_t T = d->T, A = MHA_KCHUNK_ALIGN;
+    int64_t bounds[2];
+    for (int e = 0; e < 2; e++) {
+        const int64_t cc = c + e;
+        int64_t k;
+        if (cc <= 0) k = 0;
+        else if (cc >= n) k = T;
+        else if (!d->causal) k = T * cc / n;
+        else /* pairs left of k: T^2/2 - (T-k)^2/2 = cc/n of T^2/2 */
+            k = T - (int64_t)((double)T * sqrt(1.0 - (double)cc / (double)n));
+        k = (k + A / 2) / A * A;
+        bounds[e] = k > T ? T : k;
+    }
+    *k0 = bounds[0];
+    *k1 = bounds[1] < bounds[0] ? bounds[0] : bounds[1];
+}
+
+static size_t bwd_scratch_floats(const mha__attention_desc *d) {
+    return kernels_of(d)->attn_bwd_scratch(d->T, d->HD);
+}
+
+typedef struct {
+    size_t per, scratch, delta, partial, total;
+} bwd_layout;
+
+static bool bwd_plan(const mha__attention_desc *d, bwd_layout *L) {
+    const size_t B = (size_t)d->B, H = (size_t)d->H, T = (size_t)d->T, HD = (size_t)d->HD;
+    const size_t chunks = (size_t)bwd_chunks(d);
+    size_t all, bht, part;
+    L->per = mha__align64(bwd_scratch_floats(d) * sizeof(float));
+    if (!mha__mul_size(L->per, (size_t)max_threads(), &all)) return false;
+    if (!mha__mul_size(B * H, T, &bht) || !mha__mul_size(bht, sizeof(float), &L->delta)) return false;
+    /* dQ of chunks 1.. (chunk 0 adds into dqkv directly) */
+    if (!mha__mul_size(bht, HD, &part) || !mha__mul_size(part, chunks - 1, &part) ||
+        !mha__mul_size(part, sizeof(float), &part))
+        return false;
+    L->scratch = 0;
+    L->delta = mha__align64(all);
+    if (!mha__add_size(L->delta, mha__align64(bht * sizeof(float)), &L->partial)) return false;
+    return mha__add_size(L->partial, part, &L->total);
+}
+
+size_t mha__attention_backward_workspace(const mha__attention_desc *d) {
+    bwd_layout L;
+    return bwd_plan(d, &L) ? L.total : 0;
+}
+
+mha_status mha__attention_backward(const mha__attention_desc *d, const float *dout,
+                                   int64_t ld_dout, float *dqkv, void *ws, size_t ws_size) {
+    bwd_layout L;
+    if (!bwd_plan(d, &L)) return mha__fail(MHA_ERR_OVERFLOW, "attention backward workspace overflows");
+    if (ws_size < L.total)
+        return mha__fail(MHA_ERR_WORKSPACE, "attention backward needs %zu bytes of workspace, got %zu",
+                         L.total, ws_size);
+    if (!d->lse) return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's lse");
+    if (d->dropout == MHA_DROPOUT_TORCH && !d->keep_bits)
+        return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
+    const int nt = max_threads();
+    char *base = ws;
+    float *delta = (float *)(void *)(base + L.delta);
+    float *partial = (float *)(void *)(base + L.partial);
+    const int64_t B = d->B, T = d->T, H = d->H, HD = d->HD, BH = B * H;
+    const int64_t nc = bwd_chunks(d), keep_ld = (T + 63) / 64;
+    const mha__kernels *k = kernels_of(d);
+
+    /* delta = rowsum(dO * O) per head; dQ of chunk 0 starts at zero. */
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const int64_t b = bh / H, h = bh % H;
+        for (int64_t t = 0; t < T; t++) {
+            const float *o = d->o + (b * T + t) * d->ldo + h * HD;
+            const float *go = dout + (b * T + t) * ld_dout + h * HD;
+            float s = 0.0f;
+            for (int64_t x = 0; x < HD; x++) s = fmaf(go[x], o[x], s);
+            delta[bh * T + t] = s;
+            memset(dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base, 0,
+                   (size_t)HD * sizeof(float));
+        }
+        for (int64_t c = 1; c < nc; c++)
+            memset(partial + ((c - 1) * BH + bh) * T * HD, 0, (size_t)(T * HD) * sizeof(float));
+    }
+
+    const int64_t ntasks = BH * nc;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#endif
+    for (int64_t task = 0; task < ntasks; task++) {
+        const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
+        int tid = 0;
+#if defined(MHA_HAVE_OPENMP)
+        tid = omp_get_thread_num();
+#endif
+        mha__attn_args f = {0};
+        fill_head(d, &f, b, h);
+        mha__attn_bwd_args a = {0};
+        const int64_t off = b * T * d->ld_qkv + h * d->head_stride;
+        a.q = f.q;
+        a.k = f.k;
+        a.v = f.v;
+        a.ldq = a.ldk = a.ldv = d->ld_qkv;
+        a.dout = dout + b * T * ld_dout + h * HD;
+        a.lddo = ld_dout;
+        a.lse = d->lse + bh * T;
+        a.delta = delta + bh * T;
+        if (c == 0) {
+            a.dq = dqkv + off + d->q_base;
+            a.lddq = d->ld_qkv;
+        } else {
+            a.dq = partial + ((c - 1) * BH + bh) * T * HD;
+            a.lddq = HD;
+        }
+        a.dk = dqkv + off + d->k_base;
+        a.dv = dqkv + off + d->v_base;
+        a.lddk = a.lddv = d->ld_qkv;
+        a.T = T;
+        a.HD = HD;
+        chunk_keys(d, c, nc, &a.k_begin, &a.k_end);
+        a.scale = d->scale;
+        a.causal = d->causal;
+        a.drop_scale = f.drop_scale;
+        if (d->dropout == MHA_DROPOUT_TORCH) {
+            a.drop = MHA_DROP_BITMASK;
+            a.keep = d->keep_bits + bh * T * keep_ld;
+            a.keep_ld = keep_ld;
+        } else if (d->dropout == MHA_DROPOUT_PHILOX) {
+            a.drop = MHA_DROP_PHILOX;
+            a.philox_seed = f.philox_seed;
+            a.philox_stream = f.philox_stream;
+            a.keep_threshold = f.keep_threshold;
+        }
+        k->attn_bwd(&a, (float *)(void *)(base + L.scratch + L.per * (size_t)tid));
+    }
+
+    /* dQ += the other chunks' dQ, in chunk order. */
+    if (nc > 1) {
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t b = bh / H, h = bh % H;
+            for (int64_t t = 0; t < T; t++) {
+                float *dq = dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base;
+                for (int64_t c = 1; c < nc; c++) {
+                    const float *p = partial + ((c - 1) * BH + bh) * T * HD + t * HD;
+                    for (int64_t x = 0; x < HD; x++) dq[x] += p[x];
+                }
+            }
+        }
+    }
     return MHA_OK;
 }

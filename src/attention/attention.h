@@ -33,11 +33,32 @@ typedef struct {
     uint64_t philox_seed;
     uint64_t philox_offset; /* stream of head (b, h) = (offset << 32) + b*H + h */
     const mha__kernels *kernels; /* NULL: the active table; else these (tests, benchmarks) */
+    /* TORCH: where the mask bits live, B*H*T*ceil(T/64) words (keep_words),
+     * head (b, h) at (b*H + h)*T*ceil(T/64). NULL: the forward draws them into
+     * its workspace (or, with the reference kernels, while it computes).
+     * Given: the forward draws into it (whatever the kernels) and the
+     * backward replays it. */
+    uint64_t *keep_bits;
 } mha__attention_desc;
 
 /* Workspace bytes mha__attention_forward needs; 0 on overflow. */
 size_t mha__attention_workspace(const mha__attention_desc *d);
 /* ERR_WORKSPACE when ws_size is too small. */
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size);
+
+/* 64-bit words of TORCH mask bits for every head; 0 on overflow. */
+size_t mha__attention_keep_words(const mha__attention_desc *d);
+
+/* The backward of mha__attention_forward with the same desc (d->o: the
+ * forward's output O; d->lse: its logsumexp, required; TORCH: d->keep_bits,
+ * required). dout (B*T rows, stride ld_dout, head h at column h*HD, as o)
+ * is dO. Writes dqkv, laid out as qkv (stride ld_qkv): its Q, K and V
+ * columns of every head (other columns untouched).
+ * Work is split into (batch, head, key chunk) tasks, the chunks fixed by the
+ * shape; each chunk's dQ is summed in chunk order, so the result does not
+ * depend on the thread count. */
+size_t mha__attention_backward_workspace(const mha__attention_desc *d);
+mha_status mha__attention_backward(const mha__attention_desc *d, const float *dout,
+                                   int64_t ld_dout, float *dqkv, void *ws, size_t ws_size);
 
 #endif

@@ -70,3 +70,58 @@ void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
         for (int64_t d = 0; d < HD; d++) o[d] = (float)acc[d];
     }
 }
+
+/* ---- backward ----------------------------------------------------------- */
+
+size_t mha__attn_bwd_ref_scratch(int64_t T, int64_t HD) {
+    /* dK and dV accumulators for up to T keys, dQ for one row: doubles */
+    return 2u * (2u * (size_t)T * (size_t)HD + (size_t)HD) + 16u;
+}
+
+static bool bwd_keep(const mha__attn_bwd_args *a, int64_t i, int64_t j) {
+    if (a->drop == MHA_DROP_BITMASK) return (a->keep[i * a->keep_ld + (j >> 6)] >> (j & 63)) & 1u;
+    return mha__philox_keep(a->philox_seed, a->philox_stream, (uint64_t)i, (uint64_t)j,
+                            a->keep_threshold);
+}
+
+void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch) {
+    const int64_t HD = a->HD, k0 = a->k_begin, nk = a->k_end - a->k_begin;
+    if (nk <= 0) return;
+    double *dk = (double *)(void *)scratch, *dv = dk + nk * HD, *dq = dv + nk * HD;
+    for (int64_t n = 0; n < 2 * nk * HD; n++) dk[n] = 0.0;
+
+    for (int64_t i = a->causal ? k0 : 0; i < a->T; i++) {
+        const float *q = a->q + i * a->ldq, *go = a->dout + i * a->lddo;
+        const int64_t j_end = a->causal && i + 1 < a->k_end ? i + 1 : a->k_end;
+        for (int64_t d = 0; d < HD; d++) dq[d] = 0.0;
+        for (int64_t j = k0; j < j_end; j++) {
+            const float *k = a->k + j * a->ldk, *v = a->v + j * a->ldv;
+            double s = 0.0, dp = 0.0;
+            for (int64_t d = 0; d < HD; d++) {
+                s += (double)q[d] * (double)k[d];
+                dp += (double)go[d] * (double)v[d];
+            }
+            /* the forward's weight: the score rounded to float as there */
+            const double p = exp((double)(float)(s * (double)a->scale) - (double)a->lse[i]);
+            double m = 1.0;
+            if (a->drop != MHA_DROP_NONE) m = bwd_keep(a, i, j) ? (double)a->drop_scale : 0.0;
+            const double ds = p * (m * dp - (double)a->delta[i]);
+            double *dkj = dk + (j - k0) * HD, *dvj = dv + (j - k0) * HD;
+            for (int64_t d = 0; d < HD; d++) {
+                dvj[d] += p * m * (double)go[d];
+                dkj[d] += ds * (double)q[d];
+                dq[d] += ds * (double)k[d];
+            }
+        }
+        float *dqi = a->dq + i * a->lddq;
+        if (j_end > k0)
+            for (int64_t d = 0; d < HD; d++) dqi[d] += (float)(dq[d] * (double)a->scale);
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        float *dkj = a->dk + (k0 + j) * a->lddk, *dvj = a->dv + (k0 + j) * a->lddv;
+        for (int64_t d = 0; d < HD; d++) {
+            dkj[d] = (float)(dk[j * HD + d] * (double)a->scale);
+            dvj[d] = (float)dv[j * HD + d];
+        }
+    }
+}

@@ -40,6 +40,8 @@ static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
 
 static void fill_ref(mha__kernels *k) {
     FILL_SET(k, MHA_ISA_REF, ref);
+    k->attn_bwd = mha__attn_bwd_ref;
+    k->attn_bwd_scratch = mha__attn_bwd_ref_scratch;
     k->gemm = mha__sgemm_ref;
 }
 

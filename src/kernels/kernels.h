@@ -127,6 +127,53 @@ size_t mha__attn_fwd_avx512_scratch(int64_t T, int64_t HD);
 void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
 #endif
 
+/* ---- Attention backward -------------------------------------------------
+ * One head of the backward of mha__attn_args's attention, for the keys
+ * [k_begin, k_end). With P[i][j] = exp(scale * q_i.k_j - lse[i]) where row i
+ * sees key j (causal: j <= i; else every j), 0 elsewhere, and
+ * m_ij = keep_ij ? drop_scale : 1 (1 everywhere without dropout: MHA_DROP_NONE):
+ *   dV[j]  = sum_i P[i][j] m_ij dO[i]                       (written)
+ *   dS[i][j] = P[i][j] (m_ij dO[i].V[j] - delta[i])
+ *   dK[j]  = scale * sum_i dS[i][j] q_i                    (written)
+ *   dQ[i] += scale * sum_{j in [k_begin, k_end)} dS[i][j] k_j  (accumulated)
+ * for every key j in [k_begin, k_end) and every row i in [0, T) (causal:
+ * the rows i >= k_begin; dQ rows that see none of the keys are untouched).
+ * delta[i] = sum_d dO[i][d] O[i][d] is the caller's (the attention layer
+ * computes it once per head). lse is the forward's (before dropout). The
+ * keep decisions are the forward's: BITMASK (the saved bits) or PHILOX
+ * (regenerated from seed and stream); no GENERATOR mode.
+ * Order: a kernel adds into each dQ row in increasing key order (key tiles
+ * at absolute boundaries), so dQ does not depend on how the caller splits
+ * the keys beyond the split itself, which the caller fixes from the shape. */
+typedef struct {
+    const float *q, *k, *v;   /* [in] (T, HD) rows, strides ldq, ldk, ldv */
+    int64_t ldq, ldk, ldv;
+    const float *dout;        /* [in] (T, HD) dO, stride lddo */
+    int64_t lddo;
+    const float *lse;         /* [in] (T) */
+    const float *delta;       /* [in] (T) */
+    float *dq;                /* [acc] (T, HD), stride lddq */
+    int64_t lddq;
+    float *dk, *dv;           /* [out] rows [k_begin, k_end), strides lddk, lddv */
+    int64_t lddk, lddv;
+    int64_t T, HD;
+    int64_t k_begin, k_end;
+    float scale;
+    bool causal;
+    mha__drop_mode drop;      /* NONE, BITMASK or PHILOX */
+    float drop_scale;
+    const uint64_t *keep;     /* BITMASK, as in mha__attn_args */
+    int64_t keep_ld;
+    uint64_t philox_seed;     /* PHILOX */
+    uint64_t philox_stream;
+    uint32_t keep_threshold;
+} mha__attn_bwd_args;
+
+/* Scratch floats one backward call needs (per thread), for any key range. */
+size_t mha__attn_bwd_ref_scratch(int64_t T, int64_t HD);
+/* Reference: plain loops through the weights, sums in double. */
+void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch);
+
 /* ---- The dispatch table -------------------------------------------------
  * One table per ISA (BLIS's context pattern): the reference table holds the
  * portable kernels; each ISA's table starts as a copy of the one below it
@@ -145,6 +192,9 @@ typedef struct mha__kernels {
     /* attention forward (mha__attn_args) and its per-call scratch floats */
     void (*attn_fwd)(const mha__attn_args *a, float *scratch);
     size_t (*attn_fwd_scratch)(int64_t T, int64_t HD);
+    /* attention backward (mha__attn_bwd_args) and its scratch floats */
+    void (*attn_bwd)(const mha__attn_bwd_args *a, float *scratch);
+    size_t (*attn_bwd_scratch)(int64_t T, int64_t HD);
     /* mt19937 bulk steps (generator.c): twist st[624]; temper n words;
      * twist then temper all 624 into dst */
     void (*mt_twist)(uint32_t *st);

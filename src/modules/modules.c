@@ -273,6 +273,7 @@ void mha_module_free(mha_module *m) {
     mha__free(m->params);
     mha__free(m->names);
     mha__free(m->ws);
+    mha__free(m->grad);
     mha__free(m);
 }
 
@@ -310,6 +311,43 @@ mha_status mha_module_check_finite(const mha_module *m) {
                 return mha__fail(MHA_ERR_NONFINITE, "parameter '%s' holds %s at element %zu", p->name,
                                  isnan(p->data[j]) ? "NaN" : "infinity", j);
     }
+    return MHA_OK;
+}
+
+/* ---- gradients ---------------------------------------------------------- */
+
+float *mha__module_grad_arena(mha_module *m) {
+    if (!m->grad) {
+        m->grad = mha__calloc(m->arena_floats * sizeof(float));
+        if (!m->grad)
+            mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu gradient floats", m->arena_floats);
+    }
+    return m->grad;
+}
+
+mha_status mha_module_grad(mha_module *m, size_t i, mha_param *out) {
+    mha_status st = mha_module_param(m, i, out);
+    if (st != MHA_OK) return st;
+    float *g = mha__module_grad_arena(m);
+    if (!g) return MHA_ERR_NOMEM;
+    out->data = g + (out->data - m->arena);
+    return MHA_OK;
+}
+
+mha_status mha_module_find_grad(mha_module *m, const char *name, mha_param *out) {
+    mha_status st = mha_module_find_param(m, name, out);
+    if (st != MHA_OK) return st;
+    float *g = mha__module_grad_arena(m);
+    if (!g) return MHA_ERR_NOMEM;
+    out->data = g + (out->data - m->arena);
+    return MHA_OK;
+}
+
+mha_status mha_module_zero_grad(mha_module *m) {
+    if (!m) return mha__fail(MHA_ERR_ARGUMENT, "module is NULL");
+    float *g = mha__module_grad_arena(m);
+    if (!g) return MHA_ERR_NOMEM;
+    memset(g, 0, m->arena_floats * sizeof(float));
     return MHA_OK;
 }
 

@@ -24,6 +24,7 @@ struct mha_module {
     mha_param *params;
     size_t n_params;
     char *names;   /* storage for the parameter names */
+    float *grad;   /* gradients, laid out as arena (NULL until first needed) */
     void *ws;      /* module-owned workspace (grown on demand) */
     size_t ws_size;
 };
@@ -35,6 +36,10 @@ void mha__module_qkv_layout(const mha_module *m, int64_t *q_base, int64_t *k_bas
 
 /* Shape/finiteness checks shared by forward and traced forward. */
 mha_status mha__module_check_input(const mha_module *m, const float *x, int64_t B, int64_t T);
+
+/* The gradient arena, allocated zeroed on first use; NULL (ERR_NOMEM set)
+ * when it cannot be. */
+float *mha__module_grad_arena(mha_module *m);
 
 /* qkv (B*T, P) = x W_qkv^T + b_qkv (x @ W for v1). */
 void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B, int64_t T);
