@@ -431,21 +431,54 @@ static int cmd_init(int argc, char **argv) {
     return 0;
 }
 
-/* ---- mha run ------------------------------------------------------------------- */
+/* ---- mha run, mha grad ------------------------------------------------------------ */
 
-static int cmd_run(int argc, char **argv) {
+/* A tensor of IN as float32 with the given shape (ndim dims), or death
+ * naming the problem. */
+static float *read_tensor(const mha_st *st, const char *path, const char *name, int ndim,
+                          const int64_t *shape, const char *dims) {
+    mha_st_tensor t;
+    if (mha_st_find(st, name, &t) != MHA_OK) cli_die("%s: no tensor '%s' in the input file", path, name);
+    bool same = t.ndim == ndim;
+    for (int k = 0; same && k < ndim; k++) same = t.shape[k] == shape[k];
+    if (!same) {
+        char want[96] = "", got[96] = "";
+        for (int k = 0; k < ndim; k++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", k ? ", " : "", (long long)shape[k]);
+        for (int k = 0; k < t.ndim && k < MHA_ST_MAX_DIMS; k++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", k ? ", " : "", (long long)t.shape[k]);
+        cli_die("%s: %s must have shape (%s) %s, got (%s)", path, name, want, dims, got);
+    }
+    float *d = cli_malloc((t.numel ? t.numel : 1) * sizeof(float));
+    cli_check(mha_st_tensor_to_f32(&t, d, t.numel), path);
+    return d;
+}
+
+static int cmd_run_or_grad(int argc, char **argv, bool grad) {
+    const char *cmd = grad ? "grad" : "run";
     const char *weights = NULL, *in = NULL, *out = NULL;
     bool train = false, have_seed = false;
     uint64_t seed = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        if (is_help(a)) {
+        if (is_help(a) && !grad) {
             puts("usage: mha run WEIGHTS -i INPUT -o OUTPUT [--train --seed S] [--threads N]\n\n"
                  "Runs the module saved in WEIGHTS (safetensors: state_dict names, configuration\n"
                  "in __metadata__, as written by mha init or from PyTorch) on tensor 'x' of INPUT\n"
                  "((b, T, d_in); (T, d_in) for SelfAttention_v1/v2) and writes tensor 'y' to\n"
                  "OUTPUT. Eval mode by default; --train --seed S applies dropout exactly as\n"
                  "PyTorch does after torch.manual_seed(S) in training mode.");
+            return 0;
+        }
+        if (is_help(a)) {
+            puts("usage: mha grad WEIGHTS -i INPUT -o OUTPUT [--train --seed S] [--threads N]\n\n"
+                 "Forward and backward of the module saved in WEIGHTS: INPUT holds 'x' (as for\n"
+                 "mha run) and 'dy' (the gradient of the loss with respect to y, y's shape).\n"
+                 "OUTPUT gets 'y', 'dx' and 'grad.<name>' for every parameter, named as in\n"
+                 "state_dict() (grad.W_query.weight, grad.heads.1.W_key.weight,\n"
+                 "grad.out_proj.bias), all F32: what PyTorch's autograd computes for\n"
+                 "y.backward(dy). Eval mode by default; --train --seed S uses the dropout mask\n"
+                 "PyTorch draws after torch.manual_seed(S) in training mode (as mha run --train).");
             return 0;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -462,18 +495,18 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--threads") == 0) {
             cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
         } else if (a[0] == '-') {
-            cli_die("run: unknown option '%s' (see mha run --help)", a);
+            cli_die("%s: unknown option '%s' (see mha %s --help)", cmd, a, cmd);
         } else if (!weights) {
             weights = a;
         } else {
-            cli_die("run: unexpected argument '%s'", a);
+            cli_die("%s: unexpected argument '%s'", cmd, a);
         }
     }
-    if (!weights) cli_die("run: missing WEIGHTS file (see mha run --help)");
-    if (!in) cli_die("run: missing -i INPUT");
-    if (!out) cli_die("run: missing -o OUTPUT");
-    if (train && !have_seed) cli_die("run: --train needs --seed S (dropout draws from torch.manual_seed(S))");
-    if (have_seed && !train) cli_die("run: --seed only applies with --train");
+    if (!weights) cli_die("%s: missing WEIGHTS file (see mha %s --help)", cmd, cmd);
+    if (!in) cli_die("%s: missing -i INPUT", cmd);
+    if (!out) cli_die("%s: missing -o OUTPUT", cmd);
+    if (train && !have_seed) cli_die("%s: --train needs --seed S (dropout draws from torch.manual_seed(S))", cmd);
+    if (have_seed && !train) cli_die("%s: --seed only applies with --train", cmd);
 
     mha_module *m = NULL;
     cli_check(mha_module_load(weights, &m), weights);
@@ -491,25 +524,63 @@ static int cmd_run(int argc, char **argv) {
     if (B == 0 || T == 0) cli_die("%s: x has an empty dimension (b = %lld, T = %lld)", in, (long long)B, (long long)T);
     if (D != c->d_in)
         cli_die("%s: x has width %lld but the module's d_in is %lld", in, (long long)D, (long long)c->d_in);
-    float *x = cli_malloc(t.numel * sizeof(float));
-    cli_check(mha_st_tensor_to_f32(&t, x, t.numel), in);
-    mha_st_free(st);
-
     const int64_t W = mha_config_output_width(c);
     if ((uint64_t)B * (uint64_t)T > (((uint64_t)1 << 62) / sizeof(float)) / (uint64_t)W)
         cli_die("%s: output of %lld x %lld x %lld is too large", in, (long long)B, (long long)T, (long long)W);
+    int64_t xshape[3] = {B, T, D}, shape[3] = {B, T, W};
+    float *x = read_tensor(st, in, "x", want, batched ? xshape : xshape + 1, "");
+    float *dy = grad ? read_tensor(st, in, "dy", want, batched ? shape : shape + 1,
+                                   batched ? "(b, T, width of y)" : "(T, width of y)")
+                     : NULL;
+    mha_st_free(st);
+
     size_t ny = (size_t)B * (size_t)T * (size_t)W;
     float *y = cli_malloc(ny * sizeof(float));
     mha_generator *g = NULL;
     if (train) cli_check(mha_generator_create(seed, &g), "generator");
-    cli_check(mha_module_forward(m, y, x, B, T, g, NULL, 0), "forward");
-    int64_t shape[3] = {B, T, W};
-    mha_st_entry e = {"y", MHA_DTYPE_F32, want, batched ? shape : shape + 1, y};
+    const mha_forward_opts o = {.training = train, .rng = MHA_DROPOUT_RNG_TORCH, .generator = g};
     const char *meta[2] = {"module", mha_kind_name(c->kind)};
-    cli_check(mha_st_write_file(out, &e, 1, meta, 1), out);
+    if (!grad) {
+        cli_check(mha_module_forward_ex(m, y, x, B, T, &o, NULL, 0), "forward");
+        mha_st_entry e = {"y", MHA_DTYPE_F32, want, batched ? shape : shape + 1, y};
+        cli_check(mha_st_write_file(out, &e, 1, meta, 1), out);
+    } else {
+        mha_tape *tape = NULL;
+        cli_check(mha_tape_create(&tape), "tape");
+        cli_check(mha_module_forward_tape(m, y, x, B, T, &o, tape, NULL, 0), "forward");
+        float *dx = cli_malloc((size_t)B * (size_t)T * (size_t)D * sizeof(float));
+        cli_check(mha_module_zero_grad(m), "gradients");
+        cli_check(mha_module_backward(m, tape, dx, x, dy, NULL, 0), "backward");
+        mha_tape_free(tape);
+        const size_t np = mha_module_num_params(m);
+        mha_st_entry *e = cli_malloc((np + 2) * sizeof *e);
+        char **names = cli_malloc(np * sizeof *names);
+        e[0] = (mha_st_entry){"y", MHA_DTYPE_F32, want, batched ? shape : shape + 1, y};
+        e[1] = (mha_st_entry){"dx", MHA_DTYPE_F32, want, batched ? xshape : xshape + 1, dx};
+        for (size_t i = 0; i < np; i++) {
+            mha_param p;
+            cli_check(mha_module_grad(m, i, &p), "gradients");
+            names[i] = cli_malloc(strlen(p.name) + 6);
+            sprintf(names[i], "grad.%s", p.name);
+            e[i + 2] = (mha_st_entry){names[i], MHA_DTYPE_F32, p.ndim, NULL, p.data};
+            int64_t *sh = cli_malloc(2 * sizeof(int64_t));
+            sh[0] = p.shape[0];
+            sh[1] = p.shape[1];
+            e[i + 2].shape = sh;
+        }
+        cli_check(mha_st_write_file(out, e, np + 2, meta, 1), out);
+        for (size_t i = 0; i < np; i++) {
+            free(names[i]);
+            free((void *)e[i + 2].shape);
+        }
+        free(names);
+        free(e);
+        free(dx);
+    }
     mha_generator_free(g);
     free(x);
     free(y);
+    free(dy);
     mha_module_free(m);
     return 0;
 }
@@ -545,7 +616,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
     if (strcmp(cmd, "trace") == 0) return cmd_trace(argc, argv);
     if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
-    if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
+    if (strcmp(cmd, "run") == 0) return cmd_run_or_grad(argc, argv, false);
+    if (strcmp(cmd, "grad") == 0) return cmd_run_or_grad(argc, argv, true);
     if (strcmp(cmd, "bench") == 0) return mha_cli_bench(argc, argv);
     cli_die("unknown command '%s' (try mha --help)", cmd);
 }

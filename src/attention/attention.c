@@ -77,6 +77,7 @@ static void fill_head(const mha__attention_desc *d, mha__attn_args *a, int64_t b
     a->o = d->o + b * T * d->ldo + h * d->HD;
     a->ldo = d->ldo;
     a->lse = d->lse ? d->lse + (b * d->H + h) * T : NULL;
+    a->stats = d->stats ? d->stats + (b * d->H + h) * T * 2 : NULL;
     a->T = T;
     a->HD = d->HD;
     a->scale = d->scale;
@@ -242,12 +243,16 @@ static void chunk_keys(const mha__attention_desc *d, int64_t c, int64_t n, int64
     for (int e = 0; e < 2; e++) {
         const int64_t cc = c + e;
         int64_t k;
-        if (cc <= 0) k = 0;
-        else if (cc >= n) k = T;
-        else if (!d->causal) k = T * cc / n;
-        else /* pairs left of k: T^2/2 - (T-k)^2/2 = cc/n of T^2/2 */
-            k = T - (int64_t)((double)T * sqrt(1.0 - (double)cc / (double)n));
-        k = (k + A / 2) / A * A;
+        if (cc <= 0) {
+            k = 0;
+        } else if (cc >= n) {
+            k = T;
+        } else {
+            if (!d->causal) k = T * cc / n;
+            else /* pairs left of k: T^2/2 - (T-k)^2/2 = cc/n of T^2/2 */
+                k = T - (int64_t)((double)T * sqrt(1.0 - (double)cc / (double)n));
+            k = (k + A / 2) / A * A;
+        }
         bounds[e] = k > T ? T : k;
     }
     *k0 = bounds[0];
@@ -291,7 +296,8 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     if (ws_size < L.total)
         return mha__fail(MHA_ERR_WORKSPACE, "attention backward needs %zu bytes of workspace, got %zu",
                          L.total, ws_size);
-    if (!d->lse) return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's lse");
+    if (!d->stats)
+        return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's row statistics");
     if (d->dropout == MHA_DROPOUT_TORCH && !d->keep_bits)
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
     const int nt = max_threads();
@@ -311,9 +317,9 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         for (int64_t t = 0; t < T; t++) {
             const float *o = d->o + (b * T + t) * d->ldo + h * HD;
             const float *go = dout + (b * T + t) * ld_dout + h * HD;
-            float s = 0.0f;
-            for (int64_t x = 0; x < HD; x++) s = fmaf(go[x], o[x], s);
-            delta[bh * T + t] = s;
+            double s = 0.0;
+            for (int64_t x = 0; x < HD; x++) s += (double)go[x] * (double)o[x];
+            delta[bh * T + t] = (float)s;
             memset(dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base, 0,
                    (size_t)HD * sizeof(float));
         }
@@ -341,7 +347,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         a.ldq = a.ldk = a.ldv = d->ld_qkv;
         a.dout = dout + b * T * ld_dout + h * HD;
         a.lddo = ld_dout;
-        a.lse = d->lse + bh * T;
+        a.stats = d->stats + bh * T * 2;
         a.delta = delta + bh * T;
         if (c == 0) {
             a.dq = dqkv + off + d->q_base;

@@ -24,6 +24,8 @@ typedef struct {
     float *o;
     int64_t ldo;
     float *lse;          /* (B, H, T) or NULL */
+    float *stats;        /* (B, H, T, 2) (m, log l) per row (kernels.h), or NULL;
+                            the backward's input */
     float scale;
     bool causal;
     mha__dropout_kind dropout;
@@ -50,7 +52,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 size_t mha__attention_keep_words(const mha__attention_desc *d);
 
 /* The backward of mha__attention_forward with the same desc (d->o: the
- * forward's output O; d->lse: its logsumexp, required; TORCH: d->keep_bits,
+ * forward's output O; d->stats: its row statistics, required; TORCH: d->keep_bits,
  * required). dout (B*T rows, stride ld_dout, head h at column h*HD, as o)
  * is dO. Writes dqkv, laid out as qkv (stride ld_qkv): its Q, K and V
  * columns of every head (other columns untouched).

@@ -46,6 +46,10 @@ void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
         double sum = 0.0;
         for (int64_t j = 0; j < n; j++) sum += exp((double)s[j] - m);
         if (a->lse) a->lse[i] = (float)(m + log(sum));
+        if (a->stats) {
+            a->stats[2 * i] = (float)m; /* a float's value: exact */
+            a->stats[2 * i + 1] = (float)log(sum);
+        }
 
         /* softmax, then dropout on the weights (every column drawn in
          * GENERATOR mode, masked ones included, as PyTorch does). */
@@ -102,7 +106,8 @@ void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch) {
                 dp += (double)go[d] * (double)v[d];
             }
             /* the forward's weight: the score rounded to float as there */
-            const double p = exp((double)(float)(s * (double)a->scale) - (double)a->lse[i]);
+            const double p = exp(((double)(float)(s * (double)a->scale) - (double)a->stats[2 * i]) -
+                                 (double)a->stats[2 * i + 1]);
             double m = 1.0;
             if (a->drop != MHA_DROP_NONE) m = bwd_keep(a, i, j) ? (double)a->drop_scale : 0.0;
             const double ds = p * (m * dp - (double)a->delta[i]);

@@ -555,7 +555,7 @@ void ATTN_FWD(const mha__attn_args *a, float *scratch) {
             }
         }
 
-        /* O = O^T * (drop_scale / l), lse = m + log l */
+        /* O = O^T * (drop_scale / l), lse = m + log l, stats = (m, log l) */
         for (int p = 0; p < np; p++) {
             const int64_t p0 = qb + p * PW;
             const int nv = (int)(qe - p0 < PW ? qe - p0 : PW);
@@ -566,6 +566,10 @@ void ATTN_FWD(const mha__attn_args *a, float *scratch) {
                 const bool ok = s > 0.0f && m > -INFINITY;
                 inv[l] = ok ? ds / s : 0.0f;
                 if (a->lse && l < nv) a->lse[p0 + l] = ok ? m + logf(s) : -INFINITY;
+                if (a->stats && l < nv) {
+                    a->stats[2 * (p0 + l)] = ok ? m : -INFINITY;
+                    a->stats[2 * (p0 + l) + 1] = ok ? logf(s) : 0.0f;
+                }
             }
             unpack_o(ot + p * HD * PW, inv, p0, nv, HD, a->o, a->ldo);
         }

@@ -91,6 +91,12 @@ typedef struct {
     int64_t ldv;
     float *lse;         /* [out] (T) logsumexp of the scaled, masked scores
                            (before dropout), or NULL */
+    float *stats;       /* [out] (T, 2) the same in two parts, for a backward:
+                           (m, log l), m the row's maximum score, l the sum
+                           of exp(score - m) (lse = m + log l); or NULL.
+                           exp((s - m) - log l) keeps its precision where
+                           exp(s - lse) loses a rounding of lse, which is
+                           large when the scores are. */
     int64_t T, HD;
     int64_t q_begin, q_end;
     float scale;
@@ -129,9 +135,10 @@ void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
 
 /* ---- Attention backward -------------------------------------------------
  * One head of the backward of mha__attn_args's attention, for the keys
- * [k_begin, k_end). With P[i][j] = exp(scale * q_i.k_j - lse[i]) where row i
+ * [k_begin, k_end). With P[i][j] = exp((scale * q_i.k_j - m_i) - log l_i)
+ * ((m_i, log l_i) the forward's stats) where row i
  * sees key j (causal: j <= i; else every j), 0 elsewhere, and
- * m_ij = keep_ij ? drop_scale : 1 (1 everywhere without dropout: MHA_DROP_NONE):
+ * m_ij = keep_ij ? drop_scale : 0 (1 everywhere without dropout: MHA_DROP_NONE):
  *   dV[j]  = sum_i P[i][j] m_ij dO[i]                       (written)
  *   dS[i][j] = P[i][j] (m_ij dO[i].V[j] - delta[i])
  *   dK[j]  = scale * sum_i dS[i][j] q_i                    (written)
@@ -139,7 +146,7 @@ void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
  * for every key j in [k_begin, k_end) and every row i in [0, T) (causal:
  * the rows i >= k_begin; dQ rows that see none of the keys are untouched).
  * delta[i] = sum_d dO[i][d] O[i][d] is the caller's (the attention layer
- * computes it once per head). lse is the forward's (before dropout). The
+ * computes it once per head). The stats are the forward's (before dropout). The
  * keep decisions are the forward's: BITMASK (the saved bits) or PHILOX
  * (regenerated from seed and stream); no GENERATOR mode.
  * Order: a kernel adds into each dQ row in increasing key order (key tiles
@@ -150,7 +157,7 @@ typedef struct {
     int64_t ldq, ldk, ldv;
     const float *dout;        /* [in] (T, HD) dO, stride lddo */
     int64_t lddo;
-    const float *lse;         /* [in] (T) */
+    const float *stats;       /* [in] (T, 2) the forward's (m, log l) */
     const float *delta;       /* [in] (T) */
     float *dq;                /* [acc] (T, HD), stride lddq */
     int64_t lddq;

@@ -415,8 +415,8 @@ typedef struct {
     size_t qkv, attn, total;
 } ws_layout;
 
-static void attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B, int64_t T,
-                           const mha_forward_opts *o) {
+void mha__module_attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B,
+                                int64_t T, const mha_forward_opts *o) {
     const mha_config *c = &m->cfg;
     memset(d, 0, sizeof *d);
     d->B = B;
@@ -448,7 +448,7 @@ static void attention_desc(const mha_module *m, mha__attention_desc *d, int64_t 
 static bool plan_workspace(const mha_module *m, int64_t B, int64_t T, const mha_forward_opts *o,
                            ws_layout *L) {
     mha__attention_desc d;
-    attention_desc(m, &d, B, T, o);
+    mha__module_attention_desc(m, &d, B, T, o);
     size_t rows = (size_t)B * (size_t)T, qkv, attn = mha__attention_workspace(&d);
     if (attn == 0 || !mha__mul_size(rows, (size_t)m->P * sizeof(float), &qkv)) return false;
     L->qkv = 0;
@@ -471,9 +471,8 @@ mha_status mha_module_forward(mha_module *m, float *y, const float *x, int64_t B
     return mha_module_forward_ex(m, y, x, B, T, &o, workspace, workspace_size);
 }
 
-mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
-                                 const mha_forward_opts *opts, void *workspace,
-                                 size_t workspace_size) {
+mha_status mha__module_check_forward(const mha_module *m, const float *y, const float *x,
+                                    int64_t B, int64_t T, const mha_forward_opts *opts) {
     if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "module, y or x is NULL");
     mha_status st = mha__module_check_input(m, x, B, T);
     if (st != MHA_OK) return st;
@@ -482,25 +481,46 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
         return mha__fail(MHA_ERR_ARGUMENT, "training with PyTorch's dropout mask needs a generator");
     if (opts && opts->rng != MHA_DROPOUT_RNG_TORCH && opts->rng != MHA_DROPOUT_RNG_PHILOX)
         return mha__fail(MHA_ERR_ARGUMENT, "unknown dropout generator %d", (int)opts->rng);
+    return MHA_OK;
+}
+
+mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
+                                 size_t *workspace_size, const char *what) {
+    if (*workspace) {
+        if (*workspace_size < need)
+            return mha__fail(MHA_ERR_WORKSPACE, "%s needs %zu bytes of workspace, got %zu", what,
+                             need, *workspace_size);
+        return MHA_OK;
+    }
+    if (m->ws_size < need) {
+        void *ws = mha__alloc(need);
+        if (!ws) return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu bytes of workspace", need);
+        mha__free(m->ws);
+        m->ws = ws;
+        m->ws_size = need;
+    }
+    *workspace = m->ws;
+    *workspace_size = m->ws_size;
+    return MHA_OK;
+}
+
+void mha__module_out_proj(const mha_module *m, float *y, const float *ctx, int64_t ld_ctx,
+                          int64_t rows) {
+    const int64_t Dout = m->cfg.d_out;
+    mha__sgemm_bias(false, true, rows, Dout, Dout, ctx, ld_ctx, m->w_out, Dout, m->b_out, y, Dout);
+}
+
+mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
+                                 const mha_forward_opts *opts, void *workspace,
+                                 size_t workspace_size) {
+    mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
+    if (st != MHA_OK) return st;
     ws_layout L;
     if (!plan_workspace(m, B, T, opts, &L))
         return mha__fail(MHA_ERR_OVERFLOW, "workspace size for batch %lld x %lld tokens overflows",
                          (long long)B, (long long)T);
-    if (workspace) {
-        if (workspace_size < L.total)
-            return mha__fail(MHA_ERR_WORKSPACE, "forward needs %zu bytes of workspace, got %zu",
-                             L.total, workspace_size);
-    } else {
-        if (m->ws_size < L.total) {
-            void *ws = mha__alloc(L.total);
-            if (!ws) return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu bytes of workspace", L.total);
-            mha__free(m->ws);
-            m->ws = ws;
-            m->ws_size = L.total;
-        }
-        workspace = m->ws;
-        workspace_size = m->ws_size;
-    }
+    st = mha__module_workspace(m, L.total, &workspace, &workspace_size, "forward");
+    if (st != MHA_OK) return st;
     char *ws = workspace;
     float *qkv = (float *)(void *)(ws + L.qkv);
     const bool mha = m->cfg.kind == MHA_MULTI_HEAD_ATTENTION;
@@ -508,7 +528,7 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
     mha__module_project(m, qkv, x, B, T);
 
     mha__attention_desc d;
-    attention_desc(m, &d, B, T, opts);
+    mha__module_attention_desc(m, &d, B, T, opts);
     d.qkv = qkv;
     if (mha) { /* context over Q: head h at column h * HD, row stride P */
         d.o = qkv;
@@ -519,9 +539,6 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
     st = mha__attention_forward(&d, ws + L.attn, workspace_size - L.attn);
     if (st != MHA_OK) return st;
 
-    if (mha) {
-        const int64_t rows = B * T, Dout = m->cfg.d_out;
-        mha__sgemm_bias(false, true, rows, Dout, Dout, qkv, m->P, m->w_out, Dout, m->b_out, y, Dout);
-    }
+    if (mha) mha__module_out_proj(m, y, qkv, m->P, B * T);
     return MHA_OK;
 }

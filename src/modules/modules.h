@@ -4,6 +4,8 @@
 
 #include "mha.h"
 
+#include "attention/attention.h"
+
 struct mha_module {
     mha_config cfg;
     int64_t H;     /* heads: num_heads for the wrapper and MultiHeadAttention, else 1 */
@@ -43,5 +45,23 @@ float *mha__module_grad_arena(mha_module *m);
 
 /* qkv (B*T, P) = x W_qkv^T + b_qkv (x @ W for v1). */
 void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B, int64_t T);
+
+/* The attention layer's description for a forward of (B, T) under opts
+ * (NULL: eval); the buffers (qkv, o, lse, keep_bits) are the caller's to set. */
+void mha__module_attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B,
+                                int64_t T, const mha_forward_opts *o);
+
+/* The argument checks of every forward (NULLs, shapes, finiteness, opts). */
+mha_status mha__module_check_forward(const mha_module *m, const float *y, const float *x,
+                                    int64_t B, int64_t T, const mha_forward_opts *opts);
+
+/* *workspace (*workspace_size bytes) when given, checked against need
+ * (ERR_WORKSPACE, naming what); else the module's own, grown to need. */
+mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
+                                 size_t *workspace_size, const char *what);
+
+/* MultiHeadAttention's out_proj: y (rows, D_out) = ctx W_out^T + b_out. */
+void mha__module_out_proj(const mha_module *m, float *y, const float *ctx, int64_t ld_ctx,
+                          int64_t rows);
 
 #endif

@@ -1,0 +1,295 @@
+/* backward.c — training for the book's modules: the forward that records a
+ * tape, and the backward that replays it into gradients.
+ *
+ * The chain, for a row block of x (B*T rows):
+ *   qkv = x W_qkv^T + b_qkv            (x @ W for v1)
+ *   ctx = attention(qkv)               (per head; dropout on the weights)
+ *   y   = ctx W_out^T + b_out          (MultiHeadAttention; else y = ctx)
+ * backward:
+ *   dctx = dy W_out;  gW_out += dy^T ctx;  gb_out += colsum(dy)
+ *   dqkv = attention backward(qkv, ctx, stats, mask, dctx)
+ *   gW_qkv += dqkv^T x;  gb_qkv += colsum(dqkv);  dx = dqkv W_qkv
+ * Every GEMM goes through mha__sgemm (tiles fixed by the shape) and every
+ * column sum runs rows in order, so gradients do not depend on the thread
+ * count. */
+#include "modules.h"
+
+#include "attention/attention.h"
+#include "common/common.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(MHA_HAVE_OPENMP)
+#include <omp.h>
+#endif
+
+struct mha_tape {
+    const mha_module *m; /* the module that recorded it; NULL: empty */
+    mha_config cfg;      /* its configuration then (a guard against reuse) */
+    int64_t B, T;
+    mha_forward_opts opts; /* training, rng, Philox seed and offset */
+    float *qkv;          /* (B*T, P) */
+    float *ctx;          /* (B*T, W) the attention's output */
+    float *stats;        /* (B*H*T, 2) the attention rows' (m, log l) */
+    uint64_t *bits;      /* TORCH mask, or NULL */
+    void *buf;           /* one allocation holding the above */
+    size_t cap, used;
+};
+
+mha_status mha_tape_create(mha_tape **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
+    *out = mha__calloc(sizeof **out);
+    return *out ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory creating a tape");
+}
+
+void mha_tape_free(mha_tape *t) {
+    if (!t) return;
+    mha__free(t->buf);
+    mha__free(t);
+}
+
+size_t mha_tape_bytes(const mha_tape *t) { return t ? t->cap : 0; }
+
+/* Carves the tape for (B, T) under desc d; false on overflow or no memory
+ * (the failure recorded). */
+static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__attention_desc *d) {
+    const size_t rows = (size_t)d->B * (size_t)d->T;
+    size_t qkv, ctx, lse, bits = 0, total;
+    if (!mha__mul_size(rows, (size_t)m->P * sizeof(float), &qkv) ||
+        !mha__mul_size(rows, (size_t)m->W * sizeof(float), &ctx) ||
+        !mha__mul_size(rows, (size_t)m->H * 2 * sizeof(float), &lse))
+        return mha__fail(MHA_ERR_OVERFLOW, "tape size overflows");
+    if (d->dropout == MHA_DROPOUT_TORCH) {
+        const size_t words = mha__attention_keep_words(d);
+        if (words == 0 || !mha__mul_size(words, sizeof(uint64_t), &bits))
+            return mha__fail(MHA_ERR_OVERFLOW, "dropout mask size overflows");
+    }
+    const size_t o_ctx = mha__align64(qkv), o_lse = o_ctx + mha__align64(ctx);
+    const size_t o_bits = o_lse + mha__align64(lse);
+    if (o_lse < o_ctx || o_bits < o_lse || !mha__add_size(o_bits, bits, &total))
+        return mha__fail(MHA_ERR_OVERFLOW, "tape size overflows");
+    if (t->cap < total) {
+        void *buf = mha__alloc(total);
+        if (!buf) return mha__fail(MHA_ERR_NOMEM, "out of memory growing the tape to %zu bytes", total);
+        mha__free(t->buf);
+        t->buf = buf;
+        t->cap = total;
+    }
+    char *b = t->buf;
+    t->qkv = (float *)(void *)b;
+    t->ctx = (float *)(void *)(b + o_ctx);
+    t->stats = (float *)(void *)(b + o_lse);
+    t->bits = bits ? (uint64_t *)(void *)(b + o_bits) : NULL;
+    t->used = total;
+    return MHA_OK;
+}
+
+mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
+                                   const mha_forward_opts *opts, mha_tape *tape, void *workspace,
+                                   size_t workspace_size) {
+    if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
+    tape->m = NULL;
+    mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
+    if (st != MHA_OK) return st;
+    mha__attention_desc d;
+    mha__module_attention_desc(m, &d, B, T, opts);
+    if ((st = tape_reserve(tape, m, &d)) != MHA_OK) return st;
+    d.keep_bits = tape->bits;
+    const size_t need = mha__attention_workspace(&d);
+    if (need == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace size overflows");
+    if ((st = mha__module_workspace(m, need, &workspace, &workspace_size, "forward")) != MHA_OK)
+        return st;
+
+    mha__module_project(m, tape->qkv, x, B, T);
+    d.qkv = tape->qkv;
+    d.o = tape->ctx;
+    d.ldo = m->W;
+    d.stats = tape->stats;
+    if ((st = mha__attention_forward(&d, workspace, workspace_size)) != MHA_OK) return st;
+
+    const int64_t rows = B * T;
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION)
+        mha__module_out_proj(m, y, tape->ctx, m->W, rows);
+    else
+        memcpy(y, tape->ctx, (size_t)rows * (size_t)m->W * sizeof(float));
+
+    tape->m = m;
+    tape->cfg = m->cfg;
+    tape->B = B;
+    tape->T = T;
+    if (opts) tape->opts = *opts;
+    else memset(&tape->opts, 0, sizeof tape->opts);
+    tape->opts.lse = NULL;
+    tape->opts.generator = NULL; /* the mask is in the bits */
+    return MHA_OK;
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+typedef struct {
+    size_t dqkv, dctx, attn, total;
+} bwd_layout;
+
+static bool plan_backward(const mha_module *m, const mha__attention_desc *d, bwd_layout *L) {
+    const size_t rows = (size_t)d->B * (size_t)d->T;
+    size_t dqkv, dctx = 0, attn = mha__attention_backward_workspace(d);
+    if (attn == 0 || !mha__mul_size(rows, (size_t)m->P * sizeof(float), &dqkv)) return false;
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION &&
+        !mha__mul_size(rows, (size_t)m->W * sizeof(float), &dctx))
+        return false;
+    L->dqkv = 0;
+    L->dctx = mha__align64(dqkv);
+    L->attn = L->dctx + mha__align64(dctx);
+    return L->attn >= L->dctx && mha__add_size(L->attn, attn, &L->total);
+}
+
+size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B, int64_t T) {
+    if (!m || B < 1 || T < 1 || B > ((int64_t)1 << 40) / T) return 0;
+    const mha_forward_opts o = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX};
+    mha__attention_desc d;
+    mha__module_attention_desc(m, &d, B, T, &o);
+    bwd_layout L;
+    return plan_backward(m, &d, &L) ? L.total : 0;
+}
+
+/* acc[c] += sum over rows r, in order, of a[r * lda + c], c < n. */
+static void colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda) {
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static)
+#endif
+    for (int64_t c0 = 0; c0 < n; c0 += 64) {
+        double s[64];
+        const int64_t c1 = c0 + 64 < n ? c0 + 64 : n;
+        for (int64_t c = c0; c < c1; c++) s[c - c0] = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = c0; c < c1; c++) s[c - c0] += (double)a[r * lda + c];
+        for (int64_t c = c0; c < c1; c++) acc[c] += (float)s[c - c0];
+    }
+}
+
+mha_status mha_module_backward(mha_module *m, const mha_tape *tape, float *dx, const float *x,
+                               const float *dy, void *workspace, size_t workspace_size) {
+    if (!m || !tape || !x || !dy) return mha__fail(MHA_ERR_ARGUMENT, "module, tape, x or dy is NULL");
+    if (tape->m != m || memcmp(&tape->cfg, &m->cfg, sizeof m->cfg) != 0)
+        return mha__fail(MHA_ERR_ARGUMENT,
+                         tape->m ? "the tape was recorded by another module"
+                                 : "the tape holds no forward (call mha_module_forward_tape first)");
+    const mha_config *c = &m->cfg;
+    const int64_t B = tape->B, T = tape->T, rows = B * T, Din = c->d_in, W = m->W, P = m->P;
+    const int64_t ny = rows * W;
+    for (int64_t i = 0; i < ny; i++)
+        if (!isfinite(dy[i]))
+            return mha__fail(MHA_ERR_NONFINITE, "dy holds %s at (%lld, %lld, %lld)",
+                             isnan(dy[i]) ? "NaN" : "infinity", (long long)(i / (T * W)),
+                             (long long)(i / W % T), (long long)(i % W));
+    mha__attention_desc d;
+    mha__module_attention_desc(m, &d, B, T, &tape->opts);
+    d.keep_bits = tape->bits;
+    bwd_layout L;
+    if (!plan_backward(m, &d, &L))
+        return mha__fail(MHA_ERR_OVERFLOW, "backward workspace for batch %lld x %lld tokens overflows",
+                         (long long)B, (long long)T);
+    mha_status st = mha__module_workspace(m, L.total, &workspace, &workspace_size, "backward");
+    if (st != MHA_OK) return st;
+    float *g = mha__module_grad_arena(m);
+    if (!g) return MHA_ERR_NOMEM;
+    float *const gw_qkv = g + (m->w_qkv - m->arena);
+    float *const gb_qkv = m->b_qkv ? g + (m->b_qkv - m->arena) : NULL;
+    char *ws = workspace;
+    float *dqkv = (float *)(void *)(ws + L.dqkv);
+
+    /* out_proj */
+    const float *dctx = dy;
+    if (c->kind == MHA_MULTI_HEAD_ATTENTION) {
+        float *gw_out = g + (m->w_out - m->arena), *gb_out = g + (m->b_out - m->arena);
+        float *dc = (float *)(void *)(ws + L.dctx);
+        mha__sgemm(false, false, rows, W, W, 1.0f, dy, W, m->w_out, W, 0.0f, dc, W);
+        mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W);
+        colsum_acc(gb_out, dy, rows, W, W);
+        dctx = dc;
+    }
+
+    /* attention */
+    d.qkv = tape->qkv;
+    d.o = tape->ctx;
+    d.ldo = W;
+    d.lse = NULL;
+    d.stats = tape->stats;
+    st = mha__attention_backward(&d, dctx, W, dqkv, ws + L.attn, workspace_size - L.attn);
+    if (st != MHA_OK) return st;
+
+    /* projections */
+    if (c->kind == MHA_SELF_ATTENTION_V1) {
+        /* q = x @ W_query with W (D_in, D_out), likewise k, v */
+        const int64_t Dout = c->d_out;
+        for (int r = 0; r < 3; r++) {
+            const float *w = m->w_qkv + r * Din * Dout;
+            mha__sgemm(true, false, Din, Dout, rows, 1.0f, x, Din, dqkv + r * Dout, P, 1.0f,
+                       gw_qkv + r * Din * Dout, Dout);
+            if (dx)
+                mha__sgemm(false, true, rows, Din, Dout, 1.0f, dqkv + r * Dout, P, w, Dout,
+                           r ? 1.0f : 0.0f, dx, Din);
+        }
+        return MHA_OK;
+    }
+    mha__sgemm(true, false, P, Din, rows, 1.0f, dqkv, P, x, Din, 1.0f, gw_qkv, Din);
+    if (gb_qkv) colsum_acc(gb_qkv, dqkv, rows, P, P);
+    if (dx) mha__sgemm(false, false, rows, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dx, Din);
+    return MHA_OK;
+}
+
+/* ---- simplified self-attention (section 3.3) ---------------------------- */
+
+/* context = A x with A = softmax(x x^T); with dA = dC x^T and
+ * dS = A * (dA - rowsum(dA * A)):  dx = A^T dC + dS x + dS^T x. Plain
+ * loops in double, like its forward. */
+mha_status mha_simple_attention_backward(float *dx, const float *x, const float *dcontext,
+                                         int64_t T, int64_t D) {
+    if (!dx || !x || !dcontext) return mha__fail(MHA_ERR_ARGUMENT, "dx, x or dcontext is NULL");
+    if (T < 1 || D < 1)
+        return mha__fail(MHA_ERR_SHAPE, "T (%lld) and D (%lld) must be positive", (long long)T,
+                         (long long)D);
+    size_t n, bytes;
+    if (T > ((int64_t)1 << 24) || D > ((int64_t)1 << 24) ||
+        !mha__mul_size((size_t)T, (size_t)T, &n) || !mha__mul_size(n, 2 * sizeof(double), &bytes) ||
+        !mha__mul_size((size_t)T, (size_t)D, &n))
+        return mha__fail(MHA_ERR_OVERFLOW, "T (%lld) x D (%lld) is too large", (long long)T,
+                         (long long)D);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || !isfinite(dcontext[i]))
+            return mha__fail(MHA_ERR_NONFINITE, "%s holds a non-finite value at element %zu",
+                             isfinite(x[i]) ? "dcontext" : "x", i);
+    double *A = mha__alloc(bytes), *dS = A + (size_t)T * (size_t)T;
+    if (!A) return mha__fail(MHA_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    for (int64_t i = 0; i < T; i++) {
+        double *a = A + i * T, mx = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j < T; j++) {
+            double s = 0.0;
+            for (int64_t k = 0; k < D; k++) s += (double)x[i * D + k] * (double)x[j * D + k];
+            a[j] = s;
+            if (s > mx) mx = s;
+        }
+        for (int64_t j = 0; j < T; j++) sum += (a[j] = exp(a[j] - mx));
+        double dot = 0.0;
+        for (int64_t j = 0; j < T; j++) {
+            a[j] /= sum;
+            double da = 0.0;
+            for (int64_t k = 0; k < D; k++) da += (double)dcontext[i * D + k] * (double)x[j * D + k];
+            dS[i * T + j] = da;
+            dot += da * a[j];
+        }
+        for (int64_t j = 0; j < T; j++) dS[i * T + j] = a[j] * (dS[i * T + j] - dot);
+    }
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t k = 0; k < D; k++) {
+            double s = 0.0;
+            for (int64_t j = 0; j < T; j++)
+                s += A[j * T + i] * (double)dcontext[j * D + k] +
+                     (dS[i * T + j] + dS[j * T + i]) * (double)x[j * D + k];
+            dx[i * D + k] = (float)s;
+        }
+    mha__free(A);
+    return MHA_OK;
+}
