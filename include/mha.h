@@ -348,7 +348,10 @@ MHA_API mha_status mha_module_forward_tape(mha_module *m, float *y, const float 
 MHA_API size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B, int64_t T);
 
 /* Backward pass of the forward recorded in tape (which must come from this
- * module, with its parameters unchanged since).
+ * module, with its parameters unchanged since). The backward consumes the
+ * tape (it reuses the saved output's memory, as autograd frees what it
+ * saved): one forward_tape, one backward; the tape then serves the next
+ * forward.
  *   x  [in]  the forward's input, (B, T, D_in) as there
  *   dy [in]  gradient of the loss with respect to y, (B, T, W)
  *   dx [out] (B, T, D_in), or NULL when not wanted
@@ -358,8 +361,8 @@ MHA_API size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B
  * Results do not depend on the thread count.
  * Errors: ERR_ARGUMENT (no forward recorded in tape, or another module's),
  * ERR_NONFINITE (dy holds NaN/inf), ERR_WORKSPACE, ERR_NOMEM; on failure
- * no gradient and not dx is changed. */
-MHA_API mha_status mha_module_backward(mha_module *m, const mha_tape *tape, float *dx,
+ * no gradient and not dx is changed, and the tape is kept. */
+MHA_API mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx,
                                const float *x, const float *dy, void *workspace,
                                size_t workspace_size);
 

@@ -298,19 +298,27 @@ static void check_api(void) {
     }
     CHECK(mha_tape_bytes(tape) > 0, "tape holds nothing");
 
-    /* accumulation: two backward calls give twice one (exact: x + x) */
+    /* accumulation: two steps give twice one (exact: x + x); the backward
+     * consumes the tape */
     mha_param g;
+    const mha_forward_opts ph = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX, .philox_seed = 5};
     REQUIRE(mha_module_zero_grad(m) == MHA_OK, "zero_grad");
+    REQUIRE(mha_module_forward_tape(m, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
     REQUIRE(mha_module_backward(m, tape, dx, x, dy, NULL, 0) == MHA_OK, "%s", mha_last_error());
+    CHECK(mha_module_backward(m, tape, dx, x, dy, NULL, 0) == MHA_ERR_ARGUMENT,
+          "a consumed tape served a second backward");
     REQUIRE(mha_module_find_grad(m, "W_value.weight", &g) == MHA_OK, "find_grad");
     float once[64];
     memcpy(once, g.data, sizeof once);
+    REQUIRE(mha_module_forward_tape(m, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
     REQUIRE(mha_module_backward(m, tape, dx2, x, dy, NULL, 0) == MHA_OK, "%s", mha_last_error());
     int twice = 1;
     for (int i = 0; i < 64; i++) twice &= g.data[i] == 2.0f * once[i];
     CHECK(twice, "gradients do not accumulate");
     CHECK(memcmp(dx, dx2, sizeof(float) * (size_t)n) == 0, "dx is not overwritten ([out])");
+    REQUIRE(mha_module_forward_tape(m, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
     CHECK(mha_module_backward(m, tape, NULL, x, dy, NULL, 0) == MHA_OK, "dx NULL: %s", mha_last_error());
+    REQUIRE(mha_module_forward_tape(m, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
 
     /* failures change nothing */
     float before[64];

@@ -302,24 +302,26 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
     const int nt = max_threads();
     char *base = ws;
-    float *delta = (float *)(void *)(base + L.delta);
+    float *delta_ws = (float *)(void *)(base + L.delta);
+    const float *delta = d->delta ? d->delta : delta_ws;
     float *partial = (float *)(void *)(base + L.partial);
     const int64_t B = d->B, T = d->T, H = d->H, HD = d->HD, BH = B * H;
     const int64_t nc = bwd_chunks(d), keep_ld = (T + 63) / 64;
     const mha__kernels *k = kernels_of(d);
 
-    /* delta = rowsum(dO * O) per head; dQ of chunk 0 starts at zero. */
+    /* delta = rowsum(dO * O) per head (unless given); dQ of chunk 0 starts
+     * at zero. */
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt)
 #endif
     for (int64_t bh = 0; bh < BH; bh++) {
         const int64_t b = bh / H, h = bh % H;
         for (int64_t t = 0; t < T; t++) {
-            const float *o = d->o + (b * T + t) * d->ldo + h * HD;
-            const float *go = dout + (b * T + t) * ld_dout + h * HD;
-            double s = 0.0;
-            for (int64_t x = 0; x < HD; x++) s += (double)go[x] * (double)o[x];
-            delta[bh * T + t] = (float)s;
+            if (!d->delta) {
+                const float *o = d->o + (b * T + t) * d->ldo + h * HD;
+                const float *go = dout + (b * T + t) * ld_dout + h * HD;
+                delta_ws[bh * T + t] = mha__dot_f64(go, o, HD);
+            }
             memset(dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base, 0,
                    (size_t)HD * sizeof(float));
         }

@@ -41,12 +41,23 @@ typedef struct {
      * Given: the forward draws into it (whatever the kernels) and the
      * backward replays it. */
     uint64_t *keep_bits;
+    /* Backward: delta = rowsum(dO * O) per row, (B, H, T), when the caller
+     * has it (then o is not read: dO may have been written over it); NULL:
+     * the backward computes it from o. */
+    const float *delta;
 } mha__attention_desc;
 
 /* Workspace bytes mha__attention_forward needs; 0 on overflow. */
 size_t mha__attention_workspace(const mha__attention_desc *d);
 /* ERR_WORKSPACE when ws_size is too small. */
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size);
+
+/* sum a[i] * b[i] over i < n, in double, rounded once: the delta of a row. */
+static inline float mha__dot_f64(const float *a, const float *b, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return (float)s;
+}
 
 /* 64-bit words of TORCH mask bits for every head; 0 on overflow. */
 size_t mha__attention_keep_words(const mha__attention_desc *d);

@@ -128,17 +128,27 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
 
 /* ---- backward ----------------------------------------------------------- */
 
+/* Rows of dy W_out per step of MultiHeadAttention's out_proj backward. */
+#define MHA_DCTX_ROWS 64
+
 typedef struct {
     size_t dqkv, dctx, attn, total;
 } bwd_layout;
 
+/* Workspace: [dqkv (B*T, P)] [MHA: delta (B*H*T) + per-thread rows of
+ * dctx] [attention backward]. */
 static bool plan_backward(const mha_module *m, const mha__attention_desc *d, bwd_layout *L) {
     const size_t rows = (size_t)d->B * (size_t)d->T;
     size_t dqkv, dctx = 0, attn = mha__attention_backward_workspace(d);
     if (attn == 0 || !mha__mul_size(rows, (size_t)m->P * sizeof(float), &dqkv)) return false;
-    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION &&
-        !mha__mul_size(rows, (size_t)m->W * sizeof(float), &dctx))
-        return false;
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION) {
+        size_t delta, blocks;
+        if (!mha__mul_size(rows, (size_t)m->H * sizeof(float), &delta) ||
+            !mha__mul_size((size_t)mha_runtime_threads() * MHA_DCTX_ROWS,
+                           (size_t)m->W * sizeof(float), &blocks) ||
+            !mha__add_size(mha__align64(delta), blocks, &dctx))
+            return false;
+    }
     L->dqkv = 0;
     L->dctx = mha__align64(dqkv);
     L->attn = L->dctx + mha__align64(dctx);
@@ -169,7 +179,7 @@ static void colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int6
     }
 }
 
-mha_status mha_module_backward(mha_module *m, const mha_tape *tape, float *dx, const float *x,
+mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const float *x,
                                const float *dy, void *workspace, size_t workspace_size) {
     if (!m || !tape || !x || !dy) return mha__fail(MHA_ERR_ARGUMENT, "module, tape, x or dy is NULL");
     if (tape->m != m || memcmp(&tape->cfg, &m->cfg, sizeof m->cfg) != 0)
@@ -200,15 +210,39 @@ mha_status mha_module_backward(mha_module *m, const mha_tape *tape, float *dx, c
     char *ws = workspace;
     float *dqkv = (float *)(void *)(ws + L.dqkv);
 
-    /* out_proj */
+    /* out_proj: the weight's gradient from the saved output, then dctx =
+     * dy W_out written over that output, a block of rows at a time, each
+     * block's delta = rowsum(dctx * ctx) per head taken before. */
     const float *dctx = dy;
     if (c->kind == MHA_MULTI_HEAD_ATTENTION) {
         float *gw_out = g + (m->w_out - m->arena), *gb_out = g + (m->b_out - m->arena);
-        float *dc = (float *)(void *)(ws + L.dctx);
-        mha__sgemm(false, false, rows, W, W, 1.0f, dy, W, m->w_out, W, 0.0f, dc, W);
+        float *delta = (float *)(void *)(ws + L.dctx);
+        float *blocks = (float *)(void *)(ws + L.dctx + mha__align64((size_t)(rows * m->H) * sizeof(float)));
         mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W);
         colsum_acc(gb_out, dy, rows, W, W);
-        dctx = dc;
+        const int64_t nblk = (rows + MHA_DCTX_ROWS - 1) / MHA_DCTX_ROWS, H = m->H, HD = m->HD;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static)
+#endif
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            int tid = 0;
+#if defined(MHA_HAVE_OPENMP)
+            tid = omp_get_thread_num();
+#endif
+            const int64_t r0 = blk * MHA_DCTX_ROWS;
+            const int64_t n = rows - r0 < MHA_DCTX_ROWS ? rows - r0 : MHA_DCTX_ROWS;
+            float *dc = blocks + (size_t)tid * MHA_DCTX_ROWS * (size_t)W;
+            mha__sgemm(false, false, n, W, W, 1.0f, dy + r0 * W, W, m->w_out, W, 0.0f, dc, W);
+            for (int64_t r = 0; r < n; r++) {
+                const int64_t b = (r0 + r) / T, t = (r0 + r) % T;
+                float *o = tape->ctx + (r0 + r) * W;
+                for (int64_t h = 0; h < H; h++)
+                    delta[(b * H + h) * T + t] = mha__dot_f64(dc + r * W + h * HD, o + h * HD, HD);
+                memcpy(o, dc + r * W, (size_t)W * sizeof(float));
+            }
+        }
+        dctx = tape->ctx;
+        d.delta = delta;
     }
 
     /* attention */
@@ -232,11 +266,13 @@ mha_status mha_module_backward(mha_module *m, const mha_tape *tape, float *dx, c
                 mha__sgemm(false, true, rows, Din, Dout, 1.0f, dqkv + r * Dout, P, w, Dout,
                            r ? 1.0f : 0.0f, dx, Din);
         }
+        tape->m = NULL; /* consumed */
         return MHA_OK;
     }
     mha__sgemm(true, false, P, Din, rows, 1.0f, dqkv, P, x, Din, 1.0f, gw_qkv, Din);
     if (gb_qkv) colsum_acc(gb_qkv, dqkv, rows, P, P);
     if (dx) mha__sgemm(false, false, rows, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dx, Din);
+    tape->m = NULL; /* consumed */
     return MHA_OK;
 }
 
