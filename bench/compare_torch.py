@@ -28,6 +28,12 @@ and PV) divided by the best sgemm throughput measured in the same run, at
     in the library.
 All are printed (bench_sgemm also at 8192x768x768 and 2048^3).
 
+With --backward it compares a training step instead: the book's
+MultiHeadAttention(768, 768, 1024, 0.1, 12) forward + autograd backward
+(y.backward(dy): dx and every parameter's gradient), in eval and in training
+mode, against `mha bench --backward` (eval; --train with PyTorch's mask;
+--train --philox), and prints the ms and the torch/mha ratios.
+
 Run with Debian's torch: /usr/bin/python3 bench/compare_torch.py [--mha build/mha] [--ort]
 (build first: cmake -S . -B build && cmake --build build; bench_sgemm is
 looked up as bench/bench_sgemm beside --mha, or given with --bench-sgemm)
@@ -175,6 +181,65 @@ def ort_times(args, book_m, tmpdir, shapes):
     return res
 
 
+def compare_backward(args, shapes):
+    """torch autograd on the book's class vs mha bench --backward."""
+    E, H = 768, 12
+    torch.manual_seed(123)
+    book_m = MultiHeadAttention(E, E, 1024, 0.1, H)
+    best = {}
+
+    def keep(key, mn):
+        best[key] = min(best.get(key, float("inf")), mn)
+
+    for rnd in range(args.rounds):
+        for b, t in shapes:
+            x = torch.rand(b, t, E, requires_grad=True)
+            dy = torch.rand(b, t, E)
+            rep = args.repeat * max(1, 8192 // (b * t) // 2)
+            for mode in ("eval", "train"):
+                if args.skip_torch:
+                    break
+                book_m.train(mode == "train")
+
+                def step():
+                    book_m.zero_grad(set_to_none=False)
+                    x.grad = None
+                    book_m(x).backward(dy)
+                keep(("torch", mode, (b, t)), timeit(step, rep)[0])
+            time.sleep(1.0)
+            for mode, flags in (("eval", []), ("train", ["--train"]), ("philox", ["--train", "--philox"])):
+                out = subprocess.run([args.mha, "bench", "--backward", "--batch", str(b), "--tokens", str(t),
+                                      "--threads", str(args.threads), "--repeat", str(rep), "--json",
+                                      "--no-check"] + flags, capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                keep(("mha", mode, (b, t)), r["min_ms"])
+                keep(("mha bwd", mode, (b, t)), r["backward_min_ms"])
+        print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+    print(f"torch {torch.__version__}, {args.threads} threads, "
+          f"mha: {subprocess.run([args.mha, '--version'], capture_output=True, text=True).stdout.strip()}")
+    print("MultiHeadAttention(768, 768, 1024, 0.1, 12): forward + backward (dx and every parameter's gradient),")
+    print(f"min ms over {args.rounds} rounds; mha's backward alone in brackets\n")
+    hdr = (f"{'(b, T)':>10} | {'torch eval':>10} | {'torch train':>11} | {'mha eval':>17} | {'mha train':>17} |"
+           f" {'mha philox':>17} | {'eval x':>6} | {'train x':>7} | {'philox x':>8}")
+    print(hdr)
+    print("-" * len(hdr))
+    nan = float("nan")
+    results = []
+    for b, t in shapes:
+        g = lambda *k: best.get(k, nan)
+        te, tt = g("torch", "eval", (b, t)), g("torch", "train", (b, t))
+        me, mt, mp = g("mha", "eval", (b, t)), g("mha", "train", (b, t)), g("mha", "philox", (b, t))
+        be, bt, bp = g("mha bwd", "eval", (b, t)), g("mha bwd", "train", (b, t)), g("mha bwd", "philox", (b, t))
+        print(f"{f'({b}, {t})':>10} | {te:10.1f} | {tt:11.1f} | {me:7.1f} ({be:7.1f}) | {mt:7.1f} ({bt:7.1f}) |"
+              f" {mp:7.1f} ({bp:7.1f}) | {te / me:5.2f}x | {tt / mt:6.2f}x | {tt / mp:7.2f}x")
+        results.append(dict(b=b, t=t, torch_eval_ms=te, torch_train_ms=tt, mha_eval_ms=me, mha_train_ms=mt,
+                            mha_philox_ms=mp, mha_backward_eval_ms=be, mha_backward_train_ms=bt,
+                            mha_backward_philox_ms=bp))
+    print("\nratios: torch's step / mha's (philox: against torch's training step)")
+    print(json.dumps({"backward": results}))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -186,6 +251,8 @@ def main():
     ap.add_argument("--shapes", default="8x1024,1x1024,8x256")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--ort", action="store_true", help="also time ONNX Runtime's fused Attention (see above)")
+    ap.add_argument("--backward", action="store_true",
+                    help="compare a training step (forward + backward) with torch autograd")
     ap.add_argument("--ort-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ort"))
     args = ap.parse_args()
     if not args.bench_sgemm:
@@ -194,6 +261,8 @@ def main():
     E, H = 768, 12
     shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
 
+    if args.backward:
+        return compare_backward(args, shapes)
     a = torch.randn(8192, E)
     w = torch.randn(3 * E, E)
     torch.manual_seed(123)

@@ -35,15 +35,17 @@ static void usage(void) {
     puts("usage: mha bench [MODULE] [--batch B] [--tokens T] [--d-in N] [--d-out N]\n"
          "                 [--num-heads H] [--context-length N] [--threads N] [--train]\n"
          "                 [--dropout P] [--philox] [--qkv-bias] [--repeat N] [--warmup N]\n"
-         "                 [--no-check] [--json]\n\n"
+         "                 [--backward] [--no-check] [--json]\n\n"
          "Times MODULE's forward pass (default MultiHeadAttention, b=8, T=1024, d_in = d_out\n"
          "= 768, 12 heads, context_length = T): warm-up runs, then --repeat timed runs (default\n"
          "10); prints median and minimum milliseconds, useful GFLOP/s (the projections plus\n"
          "the causal half of QK^T and PV), threads, kernels, BLAS and peak resident memory,\n"
          "then checks one batch element against the reference kernels (--no-check skips it).\n"
          "--train runs training mode with dropout (default 0.1 when --train): PyTorch's mask\n"
-         "by default, the counter-based fast dropout with --philox. --json prints one JSON\n"
-         "object on the last line.");
+         "by default, the counter-based fast dropout with --philox. --backward times a\n"
+         "training step, forward (recording what the backward needs) and backward (dx and\n"
+         "every parameter's gradient); the figures are then the whole step's, plus the\n"
+         "backward's own (backward_min_ms). --json prints one JSON object on the last line.");
 }
 
 int mha_cli_bench(int argc, char **argv) {
@@ -54,6 +56,7 @@ int mha_cli_bench(int argc, char **argv) {
     int64_t B = 8, T = 1024, ctx = 0, repeat = 10, warmup = 2;
     int threads = 0;
     bool train = false, philox = false, json = false, do_check = true, have_dropout = false;
+    bool backward = false;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const int64_t big = (int64_t)1 << 24;
@@ -83,6 +86,8 @@ int mha_cli_bench(int argc, char **argv) {
             have_dropout = true, i++;
         } else if (strcmp(a, "--train") == 0) {
             train = true;
+        } else if (strcmp(a, "--backward") == 0) {
+            backward = true;
         } else if (strcmp(a, "--philox") == 0) {
             philox = true;
         } else if (strcmp(a, "--qkv-bias") == 0) {
@@ -124,34 +129,64 @@ int mha_cli_bench(int argc, char **argv) {
     double flops = 2.0 * rows * (double)c.d_in * 3.0 * (double)W;
     if (c.kind == MHA_MULTI_HEAD_ATTENTION) flops += 2.0 * rows * (double)c.d_out * (double)c.d_out;
     const double pairs = causal ? (double)T * (double)(T + 1) / 2.0 : (double)T * (double)T;
-    const double attn_flops = 4.0 * (double)B * (double)H * pairs * (double)HD;
+    double attn_flops = 4.0 * (double)B * (double)H * pairs * (double)HD;
     flops += attn_flops;
+    /* Backward: every GEMM twice (the weight's gradient and the input's),
+     * the attention core 2.5x (QK^T and dO V^T recomputed or new, then dV,
+     * dK, dQ: five products for the forward's two). */
+    if (backward) {
+        flops = 3.0 * (flops - attn_flops) + 3.5 * attn_flops;
+        attn_flops *= 3.5;
+    }
 
     mha_forward_opts o = {.training = train, .rng = philox ? MHA_DROPOUT_RNG_PHILOX : MHA_DROPOUT_RNG_TORCH,
                           .philox_seed = 1234};
     const bool tty = isatty(STDERR_FILENO);
-    double *ms = malloc((size_t)repeat * sizeof(double));
-    if (!ms) cli_die("out of memory");
+    double *ms = malloc((size_t)repeat * sizeof(double)), *bms = malloc((size_t)repeat * sizeof(double));
+    if (!ms || !bms) cli_die("out of memory");
+    float *dy = NULL, *dx = NULL;
+    mha_tape *tape = NULL;
+    if (backward) {
+        dy = malloc(ny * sizeof(float));
+        dx = malloc(nx * sizeof(float));
+        if (!dy || !dx || mha_tape_create(&tape) != MHA_OK) cli_die("out of memory");
+        mha_generator_uniform(g, dy, ny, -1.0, 1.0);
+        if (mha_module_zero_grad(m) != MHA_OK) cli_die("gradients: %s", mha_last_error());
+    }
     for (int64_t r = -warmup; r < repeat; r++) {
         mha_generator_manual_seed(g, 123);
         o.generator = g;
         o.philox_offset = (uint64_t)(r + warmup);
         double t0 = now_ms();
-        if (mha_module_forward_ex(m, y, x, B, T, &o, NULL, 0) != MHA_OK) cli_die("forward: %s", mha_last_error());
+        if (!backward && mha_module_forward_ex(m, y, x, B, T, &o, NULL, 0) != MHA_OK)
+            cli_die("forward: %s", mha_last_error());
+        if (backward && mha_module_forward_tape(m, y, x, B, T, &o, tape, NULL, 0) != MHA_OK)
+            cli_die("forward: %s", mha_last_error());
+        double t1 = now_ms();
+        if (backward && mha_module_backward(m, tape, dx, x, dy, NULL, 0) != MHA_OK)
+            cli_die("backward: %s", mha_last_error());
         double t = now_ms() - t0;
-        if (r >= 0) ms[r] = t;
+        if (r >= 0) {
+            ms[r] = t;
+            bms[r] = now_ms() - t1;
+        }
         if (tty && (t > 200.0 || r == repeat - 1))
             fprintf(stderr, "\r%s %lld/%lld (%.1f ms)   %s", r < 0 ? "warm-up" : "run", (long long)(r < 0 ? r + warmup + 1 : r + 1),
                     (long long)(r < 0 ? warmup : repeat), t, r == repeat - 1 ? "\n" : "");
     }
     const double peak = peak_rss_mib();
     qsort(ms, (size_t)repeat, sizeof(double), cmp_double);
+    qsort(bms, (size_t)repeat, sizeof(double), cmp_double);
+    const double bmed = repeat % 2 ? bms[repeat / 2] : 0.5 * (bms[repeat / 2 - 1] + bms[repeat / 2]);
     const double med = repeat % 2 ? ms[repeat / 2] : 0.5 * (ms[repeat / 2 - 1] + ms[repeat / 2]);
     const double mn = ms[0];
     /* The memory a forward pass cannot do without: weights, input, output
      * and the Q, K, V activations. */
-    const double base_mib = ((double)mha_module_param_scalars(m) + (double)nx + (double)ny + rows * 3.0 * (double)W) *
-                            4.0 / (1024.0 * 1024.0);
+    double base_floats = (double)mha_module_param_scalars(m) + (double)nx + (double)ny + rows * 3.0 * (double)W;
+    /* a training step also needs: gradients, dx, dy and the row statistics */
+    if (backward)
+        base_floats += (double)mha_module_param_scalars(m) + (double)nx + (double)ny + 2.0 * rows * (double)H;
+    const double base_mib = base_floats * 4.0 / (1024.0 * 1024.0);
     const char *isa = mha_runtime_isa(), *blas = mha_runtime_blas();
     const int nthreads = mha_runtime_threads();
 
@@ -164,19 +199,27 @@ int mha_cli_bench(int argc, char **argv) {
     const bool heads_outer_draws = c.kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER && c.num_heads > 1;
     if (do_check && !(train && !philox && c.dropout > 0.0 && B > 1 && heads_outer_draws)) {
         if (tty) fprintf(stderr, "checking against the reference kernels...\n");
-        float *yr = malloc((size_t)(T * W) * sizeof(float));
-        if (!yr) cli_die("out of memory");
+        const int64_t n = backward ? T * c.d_in : T * W; /* dx or y of element 0 */
+        float *yr = malloc((size_t)(T * W) * sizeof(float)), *dxr = malloc((size_t)(T * c.d_in) * sizeof(float));
+        if (!yr || !dxr) cli_die("out of memory");
         const char *prev = mha_runtime_isa(); /* restored after the check */
         mha_runtime_set_isa("ref");
         mha_generator_manual_seed(g, 123);
-        if (mha_module_forward_ex(m, yr, x, 1, T, &o, NULL, 0) != MHA_OK) cli_die("reference: %s", mha_last_error());
+        o.philox_offset = (uint64_t)(repeat - 1 + warmup);
+        if (!backward && mha_module_forward_ex(m, yr, x, 1, T, &o, NULL, 0) != MHA_OK)
+            cli_die("reference: %s", mha_last_error());
+        if (backward && (mha_module_forward_tape(m, yr, x, 1, T, &o, tape, NULL, 0) != MHA_OK ||
+                         mha_module_backward(m, tape, dxr, x, dy, NULL, 0) != MHA_OK))
+            cli_die("reference: %s", mha_last_error());
         if (mha_runtime_set_isa(prev) != MHA_OK) cli_die("%s", mha_last_error());
+        const float *got = backward ? dx : y, *want = backward ? dxr : yr;
         max_err = 0.0;
-        for (int64_t i = 0; i < T * W; i++) {
-            max_err = fmax(max_err, fabs((double)yr[i] - (double)y[i]));
-            max_ref = fmax(max_ref, fabs((double)yr[i]));
+        for (int64_t i = 0; i < n; i++) {
+            max_err = fmax(max_err, fabs((double)want[i] - (double)got[i]));
+            max_ref = fmax(max_ref, fabs((double)want[i]));
         }
         free(yr);
+        free(dxr);
     }
 
     if (c.kind < MHA_CAUSAL_ATTENTION)
@@ -192,26 +235,33 @@ int mha_cli_bench(int argc, char **argv) {
     printf("x: (%lld, %lld, %lld) -> y: (%lld, %lld, %lld)\n", (long long)B, (long long)T, (long long)c.d_in,
            (long long)B, (long long)T, (long long)W);
     printf("threads %d, kernels %s, projections %s\n", nthreads, isa, blas);
-    printf("time: median %.2f ms, min %.2f ms over %lld runs (%lld warm-up)\n", med, mn, (long long)repeat,
-           (long long)warmup);
+    printf("time%s: median %.2f ms, min %.2f ms over %lld runs (%lld warm-up)\n",
+           backward ? " of a step (forward + backward)" : "", med, mn, (long long)repeat, (long long)warmup);
+    if (backward) printf("backward alone: median %.2f ms, min %.2f ms\n", bmed, bms[0]);
     printf("useful work: %.3f GFLOP (attention core %.3f, causal half) -> %.1f GFLOP/s at the minimum, %.1f at the median\n",
            flops * 1e-9, attn_flops * 1e-9, flops / (mn * 1e6), flops / (med * 1e6));
     printf("peak resident memory: %.1f MiB (weights + x + y + Q/K/V = %.1f MiB, ratio %.2f)\n", peak, base_mib,
            peak / base_mib);
     if (max_err >= 0.0)
-        printf("check vs reference kernels (batch element 0): max |diff| %.3g (max |y| %.3g, relative %.3g)\n", max_err,
-               max_ref, max_err / fmax(max_ref, 1e-30));
+        printf("check vs reference kernels (batch element 0): max |diff| %.3g (max |%s| %.3g, relative %.3g)\n",
+               max_err, backward ? "dx" : "y", max_ref, max_err / fmax(max_ref, 1e-30));
     else
         printf("check vs reference kernels: skipped\n");
     if (json)
         printf("{\"module\":\"%s\",\"batch\":%lld,\"tokens\":%lld,\"d_in\":%lld,\"d_out\":%lld,\"num_heads\":%lld,"
                "\"train\":%s,\"dropout\":%g,\"philox\":%s,\"threads\":%d,\"isa\":\"%s\",\"blas\":\"%s\","
                "\"median_ms\":%.3f,\"min_ms\":%.3f,\"gflop\":%.4f,\"gflops_at_min\":%.2f,\"peak_rss_mib\":%.1f,"
-               "\"baseline_mib\":%.1f,\"max_abs_err\":%.3g}\n",
+               "\"baseline_mib\":%.1f,\"max_abs_err\":%.3g,\"backward\":%s,\"backward_min_ms\":%.3f,"
+               "\"backward_median_ms\":%.3f}\n",
                mha_kind_name(c.kind), (long long)B, (long long)T, (long long)c.d_in, (long long)c.d_out, (long long)H,
                train ? "true" : "false", c.dropout, philox ? "true" : "false", nthreads, isa, blas, med, mn, flops * 1e-9,
-               flops / (mn * 1e6), peak, base_mib, max_err);
+               flops / (mn * 1e6), peak, base_mib, max_err, backward ? "true" : "false",
+               backward ? bms[0] : 0.0, backward ? bmed : 0.0);
     free(ms);
+    free(bms);
+    free(dx);
+    free(dy);
+    mha_tape_free(tape);
     free(x);
     free(y);
     mha_generator_free(g);
