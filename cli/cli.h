@@ -21,5 +21,6 @@ uint64_t cli_parse_seed(const char *opt, const char *s);
 double cli_parse_prob(const char *opt, const char *s);
 
 int mha_cli_bench(int argc, char **argv);
+int mha_cli_train(int argc, char **argv);
 
 #endif
