@@ -651,6 +651,14 @@ static mha_status meta_variant(const mha_st *st, mha_optim_variant *out) {
     return MHA_OK;
 }
 
+/* ERR_FORMAT, the validation's detail kept (copied: mha__fail's format
+ * must not read the buffer it writes). */
+static mha_status invalid_hyper(void) {
+    char detail[300];
+    snprintf(detail, sizeof detail, "%s", mha_last_error());
+    return mha__fail(MHA_ERR_FORMAT, "invalid hyper-parameters: %s", detail);
+}
+
 /* The hyper-parameters and step of a file meant for o. */
 static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_config *a,
                             mha_sgd_config *sc, int64_t *step) {
@@ -671,8 +679,7 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
         if (s == MHA_OK) s = meta_double(st, "weight_decay", &a->weight_decay);
         if (s == MHA_OK) s = meta_flag(st, "amsgrad", &a->amsgrad);
         if (s == MHA_OK) s = meta_variant(st, &a->variant);
-        if (s == MHA_OK && adamw_validate(a) != MHA_OK)
-            s = mha__fail(MHA_ERR_FORMAT, "invalid hyper-parameters: %s", mha_last_error());
+        if (s == MHA_OK && adamw_validate(a) != MHA_OK) s = invalid_hyper();
     } else {
         mha_sgd_config_init(sc);
         s = meta_double(st, "lr", &sc->lr);
@@ -681,8 +688,7 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
         if (s == MHA_OK) s = meta_double(st, "weight_decay", &sc->weight_decay);
         if (s == MHA_OK) s = meta_flag(st, "nesterov", &sc->nesterov);
         if (s == MHA_OK) s = meta_variant(st, &sc->variant);
-        if (s == MHA_OK && sgd_validate(sc) != MHA_OK)
-            s = mha__fail(MHA_ERR_FORMAT, "invalid hyper-parameters: %s", mha_last_error());
+        if (s == MHA_OK && sgd_validate(sc) != MHA_OK) s = invalid_hyper();
     }
     uint64_t u;
     if (s == MHA_OK) s = meta_count(st, "step", (uint64_t)INT64_MAX, &u);
