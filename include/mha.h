@@ -391,8 +391,9 @@ typedef struct mha_optimizer mha_optimizer;
 /* PyTorch's CPU kernels round add_(x, alpha=a) (a + alpha * x) and
  * addcmul_ (self + value * t1 * t2) differently: the AVX2 kernels (what x86
  * CPUs with AVX2 run; the default here) compute the last multiply-add fused,
- * rounding once; the DEFAULT kernels (ATEN_CPU_CAPABILITY=default) round the
- * product and the sum. Either is matched bit for bit. */
+ * rounding once; the DEFAULT kernels (ATEN_CPU_CAPABILITY=default, or a CPU
+ * without AVX2) round the product and the sum. Either is matched bit for
+ * bit; the variant decides which. */
 typedef enum { MHA_OPTIM_TORCH_AVX2 = 0, MHA_OPTIM_TORCH_DEFAULT = 1 } mha_optim_variant;
 
 /* torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay,
@@ -460,8 +461,9 @@ MHA_API mha_status mha_optimizer_step(mha_optimizer *o);
 /* Steps taken (restored by mha_optimizer_load). AdamW's bias corrections use
  * PyTorch's float32 step counter, which stops at 2^24 = 16,777,216. */
 MHA_API int64_t mha_optimizer_step_count(const mha_optimizer *o);
-/* The learning rate, as param_group['lr'] (for schedules); lr >= 0 and
- * finite, else ERR_CONFIG and nothing changes. */
+/* The learning rate, param_group['lr'] (NaN for NULL). set_lr changes it
+ * from the next step on (schedules): lr >= 0 and finite, else ERR_CONFIG
+ * and nothing changes. */
 MHA_API double mha_optimizer_lr(const mha_optimizer *o);
 MHA_API mha_status mha_optimizer_set_lr(mha_optimizer *o, double lr);
 /* "AdamW" or "SGD" (PyTorch's class names); NULL for NULL. */
@@ -479,10 +481,11 @@ MHA_API mha_status mha_optimizer_sgd_config(const mha_optimizer *o, mha_sgd_conf
  * "SGD"), the hyper-parameters ("lr", "beta1", "beta2", "eps",
  * "weight_decay", "amsgrad" / "lr", "momentum", "dampening",
  * "weight_decay", "nesterov"; numbers as %.17g, flags "true"/"false"),
- * "variant" ("avx2"/"default"), "step" (decimal), and the module's
- * "module" (class name), "num_params" and "param_scalars". The parameters
- * themselves are not saved (mha_module_save). Written to a temporary file
- * then renamed: on failure path is left as it was. */
+ * "variant" ("avx2"/"default"; read as avx2 when absent), "step"
+ * (decimal), and the module's "module" (class name), "num_params" and
+ * "param_scalars". The parameters themselves are not saved
+ * (mha_module_save). Written to a temporary file then renamed: on failure
+ * path is left as it was. */
 MHA_API mha_status mha_optimizer_save(const mha_optimizer *o, const char *path);
 
 /* Restores a saved state, as PyTorch's load_state_dict (hyper-parameters
