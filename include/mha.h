@@ -374,6 +374,142 @@ MHA_API mha_status mha_simple_attention_backward(float *dx /* [out] (T, D) */,
                                          int64_t T, int64_t D);
 
 /* ------------------------------------------------------------------------ */
+/* Optimizers                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* torch.optim.AdamW and torch.optim.SGD over every parameter of a module,
+ * bit for bit torch 1.13.1 on the CPU: its default for-loop implementation
+ * (foreach=None, which is False on the CPU; maximize=False; one parameter
+ * group), float32 state, Python's double scalars (bias corrections, step
+ * size) rounded to float32 where PyTorch rounds them.
+ *
+ * An optimizer keeps a pointer to its module: the module must outlive it
+ * (free the optimizer first), and both are used from one thread at a time.
+ * Every parameter is updated at every step from its gradient buffer
+ * (mha_module_grad); a buffer never written holds zeros, as after PyTorch's
+ * zero_grad(set_to_none=False) (PyTorch skips parameters whose .grad is
+ * None; mha has no such state). */
+typedef struct mha_optimizer mha_optimizer;
+
+/* PyTorch's CPU kernels round add_(x, alpha=a) (a + alpha * x) and
+ * addcmul_ (self + value * t1 * t2) differently: the AVX2 kernels (what x86
+ * CPUs with AVX2 run; the default here) compute the last multiply-add fused,
+ * rounding once; the DEFAULT kernels (ATEN_CPU_CAPABILITY=default, or a CPU
+ * without AVX2) round the product and the sum. Either is matched bit for
+ * bit; the variant decides which. */
+typedef enum { MHA_OPTIM_TORCH_AVX2 = 0, MHA_OPTIM_TORCH_DEFAULT = 1 } mha_optim_variant;
+
+/* torch.optim.AdamW(params, lr, betas=(beta1, beta2), eps, weight_decay,
+ * amsgrad). Per element of each parameter p with gradient g, at step t:
+ *   p = p * (1 - lr * weight_decay)
+ *   m = m * beta1 + (1 - beta1) * g;     v = v * beta2 + (1 - beta2) * g * g
+ *   vmax = max(vmax, v) with amsgrad (then used for v below)
+ *   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps) */
+typedef struct {
+    double lr;            /* >= 0 */
+    double beta1, beta2;  /* in [0, 1) */
+    double eps;           /* >= 0 */
+    double weight_decay;  /* >= 0 */
+    int amsgrad;          /* 0 or 1 */
+    mha_optim_variant variant;
+} mha_adamw_config;
+
+/* PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+ * weight_decay 1e-2, amsgrad 0; variant AVX2. */
+MHA_API void mha_adamw_config_init(mha_adamw_config *c);
+
+/* torch.optim.SGD(params, lr, momentum, dampening, weight_decay, nesterov).
+ * Per element, with b the momentum buffer (first step: b = d):
+ *   d = g + weight_decay * p
+ *   b = b * momentum + (1 - dampening) * d;  d = nesterov ? d + momentum * b : b
+ *     (both only when momentum != 0)
+ *   p = p - lr * d */
+typedef struct {
+    double lr;            /* >= 0; no default (PyTorch requires it) */
+    double momentum;      /* >= 0 */
+    double dampening;     /* any finite value (PyTorch checks none) */
+    double weight_decay;  /* >= 0 */
+    int nesterov;         /* 0 or 1; needs momentum > 0 and dampening == 0 */
+    mha_optim_variant variant;
+} mha_sgd_config;
+
+/* PyTorch's defaults: momentum 0, dampening 0, weight_decay 0, nesterov 0,
+ * variant AVX2; lr NaN, which creation refuses until the caller sets it. */
+MHA_API void mha_sgd_config_init(mha_sgd_config *c);
+
+/* Creates an optimizer over every parameter of m (which it keeps a pointer
+ * to), its state zero (AdamW) or empty (SGD's momentum buffers come at the
+ * first step), step count 0. ERR_CONFIG with a detail naming the field when
+ * the configuration is one PyTorch's constructor refuses (a negative lr,
+ * eps or weight_decay, a beta outside [0, 1), momentum < 0, nesterov without
+ * momentum > 0 and dampening 0), any NaN or infinity (PyTorch accepts
+ * infinities), or amsgrad/nesterov not 0 or 1, or an unknown variant.
+ * ERR_NOMEM. */
+MHA_API mha_status mha_optimizer_create_adamw(mha_module *m, const mha_adamw_config *c,
+                                      mha_optimizer **out);
+MHA_API mha_status mha_optimizer_create_sgd(mha_module *m, const mha_sgd_config *c,
+                                    mha_optimizer **out);
+MHA_API void mha_optimizer_free(mha_optimizer *o);
+
+/* optimizer.step(): one update of every parameter from its gradient
+ * (which is only read). PyTorch would carry a NaN or infinity in a gradient
+ * into the parameters and the state; mha refuses: ERR_NONFINITE (the detail
+ * names the parameter and element) and nothing changes, the step count
+ * included. ERR_NOMEM when the gradient buffers cannot be allocated (nothing
+ * changes either). Finite gradients large enough to overflow the state are
+ * PyTorch's business: the arithmetic is its own. Results do not depend on
+ * the thread count. */
+MHA_API mha_status mha_optimizer_step(mha_optimizer *o);
+
+/* Steps taken (restored by mha_optimizer_load). AdamW's bias corrections use
+ * PyTorch's float32 step counter, which stops at 2^24 = 16,777,216. */
+MHA_API int64_t mha_optimizer_step_count(const mha_optimizer *o);
+/* The learning rate, param_group['lr'] (NaN for NULL). set_lr changes it
+ * from the next step on (schedules): lr >= 0 and finite, else ERR_CONFIG
+ * and nothing changes. */
+MHA_API double mha_optimizer_lr(const mha_optimizer *o);
+MHA_API mha_status mha_optimizer_set_lr(mha_optimizer *o, double lr);
+/* "AdamW" or "SGD" (PyTorch's class names); NULL for NULL. */
+MHA_API const char *mha_optimizer_name(const mha_optimizer *o);
+/* The hyper-parameters in use (after set_lr and load, which change them).
+ * ERR_ARGUMENT when o is the other kind of optimizer. */
+MHA_API mha_status mha_optimizer_adamw_config(const mha_optimizer *o, mha_adamw_config *out);
+MHA_API mha_status mha_optimizer_sgd_config(const mha_optimizer *o, mha_sgd_config *out);
+
+/* Saves the state as a safetensors file: F32 tensors named
+ * "exp_avg.<param>", "exp_avg_sq.<param>" (and "max_exp_avg_sq.<param>"
+ * with amsgrad) for AdamW, "momentum_buffer.<param>" for SGD once it has
+ * momentum buffers (momentum != 0 and step >= 1), parameter after parameter
+ * in mha_module_param's order; __metadata__ holds "optimizer" ("AdamW" or
+ * "SGD"), the hyper-parameters ("lr", "beta1", "beta2", "eps",
+ * "weight_decay", "amsgrad" / "lr", "momentum", "dampening",
+ * "weight_decay", "nesterov"; numbers as %.17g, flags "true"/"false"),
+ * "variant" ("avx2"/"default"; read as avx2 when absent), "step"
+ * (decimal), and the module's "module" (class name), "num_params" and
+ * "param_scalars". The parameters themselves are not saved
+ * (mha_module_save). Written to a temporary file then renamed: on failure
+ * path is left as it was. */
+MHA_API mha_status mha_optimizer_save(const mha_optimizer *o, const char *path);
+
+/* Restores a saved state, as PyTorch's load_state_dict (hyper-parameters
+ * included: set_lr after it to change lr), so that stepping on gives,
+ * bit for bit, what the saved optimizer would have. Everything is checked
+ * before anything changes; on failure o is untouched:
+ *   ERR_IO / ERR_FORMAT (not a valid safetensors file, see mha_st_parse);
+ *   ERR_FORMAT: no "optimizer", or another optimizer's file ("SGD" for an
+ *     AdamW), a missing or invalid hyper-parameter (the same rules as
+ *     creation), "step" not a decimal integer >= 0, "module" not this
+ *     optimizer's module class, a state value that cannot be (a NaN or
+ *     infinity, or a negative exp_avg_sq / max_exp_avg_sq);
+ *   ERR_SHAPE: "num_params" / "param_scalars" not the module's, or a
+ *     tensor not its parameter's shape;
+ *   ERR_MISSING: a state tensor missing, or one that has no place
+ *     ("unexpected tensor");
+ *   ERR_DTYPE: a state tensor not F32; ERR_NOMEM.
+ * Details begin with the path. */
+MHA_API mha_status mha_optimizer_load(mha_optimizer *o, const char *path);
+
+/* ------------------------------------------------------------------------ */
 /* safetensors                                                               */
 /* ------------------------------------------------------------------------ */
 

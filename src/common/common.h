@@ -44,6 +44,13 @@ typedef struct {
 } mha__cpu_features;
 const mha__cpu_features *mha__cpu(void);
 
+/* "%.17g" of x (which reads back exactly) in the C locale, whatever
+ * LC_NUMERIC the program has set. */
+void mha__format_double(char *buf, size_t cap, double x);
+/* A finite double in plain decimal notation ("0.1", "-2", "1e-08"; no
+ * spaces, hex, inf or nan), read in the C locale. false otherwise. */
+bool mha__parse_double(const char *s, double *out);
+
 /* Round up to a multiple of 64 (bytes), for carving workspaces. */
 static inline size_t mha__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
 

@@ -10,38 +10,12 @@
  * wrapper. __metadata__ holds "module" (the class name) and the
  * constructor's arguments as strings.
  */
-#if !defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200809L
-#undef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
-
 #include "common/common.h"
 
-#include <locale.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* dropout is written and read with '.' whatever LC_NUMERIC the program has
- * set: the C locale is made current on this thread for the call. */
-typedef struct {
-    locale_t c, old;
-} c_numeric;
-
-static c_numeric c_numeric_begin(void) {
-    c_numeric l = {(locale_t)0, (locale_t)0};
-    l.c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
-    if (l.c) l.old = uselocale(l.c);
-    return l;
-}
-
-static void c_numeric_end(c_numeric l) {
-    if (!l.c) return;
-    uselocale(l.old);
-    freelocale(l.c);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Save                                                                       */
@@ -89,9 +63,7 @@ mha_status mha_module_save(const mha_module *m, const char *path) {
     snprintf(v_din, sizeof v_din, "%" PRId64, c->d_in);
     snprintf(v_dout, sizeof v_dout, "%" PRId64, c->d_out);
     snprintf(v_ctx, sizeof v_ctx, "%" PRId64, c->context_length);
-    c_numeric loc = c_numeric_begin();
-    snprintf(v_drop, sizeof v_drop, "%.17g", c->dropout);
-    c_numeric_end(loc);
+    mha__format_double(v_drop, sizeof v_drop, c->dropout);
     snprintf(v_heads, sizeof v_heads, "%" PRId64, c->num_heads);
     const char *v_bias = c->qkv_bias ? "true" : "false";
     const char *meta[14];
@@ -217,19 +189,8 @@ static mha_status meta_dropout(const mha_st *st, double *out) {
         *out = 0.0;
         return MHA_OK;
     }
-    /* plain decimal notation only: no spaces, hex, inf or nan */
-    bool ok = v[0] != '\0';
-    for (const char *p = v; *p && ok; p++)
-        ok = (*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' ||
-             *p == '+' || *p == '-';
-    char *end = NULL;
     double d = 0.0;
-    if (ok) {
-        c_numeric loc = c_numeric_begin();
-        d = strtod(v, &end);
-        c_numeric_end(loc);
-        ok = end != v && *end == '\0' && isfinite(d);
-    }
+    const bool ok = mha__parse_double(v, &d);
     if (!ok)
         return mha__fail(MHA_ERR_CONFIG, "__metadata__ 'dropout' = '%s' is not a finite "
                          "number", v);
