@@ -99,7 +99,7 @@ static double task_loss(const task *k, const float *y, const int32_t *tok, float
                 if (s > mx) mx = s, arg = v;
             }
             for (int64_t v = 0; v < V; v++) sum += (p[v] = exp(p[v] - mx));
-            loss += log(sum) - (p[target] > 0 ? log(p[target]) : -INFINITY);
+            loss += log(sum) - (p[target] > 0 ? log(p[target]) : (double)-INFINITY);
             right += arg == target;
             if (dy) {
                 float *d = dy + (b * T + t) * E;
@@ -295,7 +295,7 @@ int mha_cli_train(int argc, char **argv) {
             c.every = cli_parse_int(a, v, 1, (int64_t)1 << 30), i++;
         } else if (strcmp(a, "--lr") == 0 || strcmp(a, "--weight-decay") == 0) {
             char *end = NULL;
-            const double d = v ? strtod(v, &end) : NAN;
+            const double d = v ? strtod(v, &end) : (double)NAN;
             if (!v || end == v || *end || !(d >= 0.0) || !isfinite(d)) cli_die("%s: '%s' is not a non-negative number", a, v ? v : "");
             *(strcmp(a, "--lr") == 0 ? &c.lr : &c.wd) = d, i++;
         } else if (strcmp(a, "--dropout") == 0) {

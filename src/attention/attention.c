@@ -301,6 +301,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     if (d->dropout == MHA_DROPOUT_TORCH && !d->keep_bits)
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
     const int nt = max_threads();
+    (void)nt; /* only the OpenMP pragmas use it */
     char *base = ws;
     float *delta_ws = (float *)(void *)(base + L.delta);
     const float *delta = d->delta ? d->delta : delta_ws;
