@@ -16,6 +16,15 @@
 #include <omp.h>
 #endif
 
+/* Below this many multiply-adds a parallel region costs more than it saves
+ * (and on a loaded machine a descheduled thread stalls the whole team): the
+ * same tasks then run on the calling thread. */
+#define MHA_PAR_MIN_WORK 2e6
+
+static bool worth_threads(const mha__attention_desc *d) {
+    return (double)d->B * (double)d->H * (double)d->T * (double)d->T * (double)d->HD > MHA_PAR_MIN_WORK;
+}
+
 /* Query rows per task: small enough to balance 2+ threads, large enough to
  * amortise packing K. */
 #define MHA_QBLOCK 64
@@ -142,6 +151,8 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
         return mha__fail(MHA_ERR_WORKSPACE, "attention needs %zu bytes of workspace, got %zu",
                          need, ws_size);
     const int nt = max_threads();
+    const bool par = worth_threads(d);
+    (void)par;
     const size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float));
     char *scratch = ws;
     const int64_t T = d->T, B = d->B, H = d->H;
@@ -177,7 +188,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
     const int64_t ntasks = B * H * nqb;
     const mha__kernels *k = kernels_of(d);
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
 #endif
     for (int64_t task = 0; task < ntasks; task++) {
         int64_t qb, b, h;
@@ -301,7 +312,8 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     if (d->dropout == MHA_DROPOUT_TORCH && !d->keep_bits)
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
     const int nt = max_threads();
-    (void)nt; /* only the OpenMP pragmas use it */
+    const bool par = worth_threads(d);
+    (void)nt, (void)par; /* only the OpenMP pragmas use them */
     char *base = ws;
     float *delta_ws = (float *)(void *)(base + L.delta);
     const float *delta = d->delta ? d->delta : delta_ws;
@@ -313,7 +325,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     /* delta = rowsum(dO * O) per head (unless given); dQ of chunk 0 starts
      * at zero. */
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
 #endif
     for (int64_t bh = 0; bh < BH; bh++) {
         const int64_t b = bh / H, h = bh % H;
@@ -332,7 +344,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
 
     const int64_t ntasks = BH * nc;
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
 #endif
     for (int64_t task = 0; task < ntasks; task++) {
         const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
@@ -384,7 +396,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     /* dQ += the other chunks' dQ, in chunk order. */
     if (nc > 1) {
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
 #endif
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H, h = bh % H;
