@@ -23,4 +23,14 @@ double cli_parse_prob(const char *opt, const char *s);
 int mha_cli_bench(int argc, char **argv);
 int mha_cli_train(int argc, char **argv);
 
+/* Chapter 4 (cli/gpt.c) */
+#include <stdbool.h>
+bool cli_is_gpt_name(const char *s);
+bool cli_st_is_gpt(const mha_st *st);
+int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n);
+int mha_cli_init_gpt(int argc, char **argv);
+int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
+                    uint64_t seed);
+int mha_cli_generate(int argc, char **argv);
+
 #endif

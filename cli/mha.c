@@ -383,6 +383,7 @@ static int cmd_trace(int argc, char **argv) {
 /* ---- mha init ---------------------------------------------------------------- */
 
 static int cmd_init(int argc, char **argv) {
+    if (argc > 2 && cli_is_gpt_name(argv[2])) return mha_cli_init_gpt(argc, argv);
     module_opts o = {0};
     const char *out = NULL, *module = NULL;
     for (int i = 2; i < argc; i++) {
@@ -396,7 +397,8 @@ static int cmd_init(int argc, char **argv) {
                  "MODULE: SelfAttention_v1, SelfAttention_v2, CausalAttention,\n"
                  "        MultiHeadAttentionWrapper, MultiHeadAttention\n"
                  "--context-length is required by CausalAttention, the wrapper and\n"
-                 "MultiHeadAttention; --num-heads by the last two (default dropout 0.0).");
+                 "MultiHeadAttention; --num-heads by the last two (default dropout 0.0).\n"
+                 "mha init GPTModel|TransformerBlock --help: the chapter 4 models.");
             return 0;
         }
         if (module_opt(&o, argc, argv, &i)) continue;
@@ -509,7 +511,19 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
     if (have_seed && !train) cli_die("%s: --seed only applies with --train", cmd);
 
     mha_module *m = NULL;
-    cli_check(mha_module_load(weights, &m), weights);
+    {
+        mha_st *wst = NULL;
+        cli_check(mha_st_read_file(weights, &wst), weights);
+        if (cli_st_is_gpt(wst)) {
+            if (grad) cli_die("grad: %s holds a chapter 4 model, which has no backward pass yet", weights);
+            const int rc = mha_cli_run_gpt(wst, weights, in, out, train, seed);
+            mha_st_free(wst);
+            return rc;
+        }
+        const mha_status s = mha_module_from_st(wst, &m);
+        mha_st_free(wst);
+        cli_check(s, weights);
+    }
     const mha_config *c = mha_module_config(m);
     mha_st *st = NULL;
     cli_check(mha_st_read_file(in, &st), in);
@@ -598,6 +612,7 @@ static void usage(FILE *f) {
             "  init    PyTorch's initial parameters for a seed, as safetensors\n"
             "  run     run a saved module on an input tensor\n"
             "  train   train an attention layer on a small task, with pictures of what it learned\n"
+            "  generate  continue a prompt with a GPTModel (the book's or Hugging Face GPT-2 weights)\n"
             "  bench   time a module's forward pass (--backward: a training step)\n\n"
             "mha COMMAND --help shows a command's options; mha --version the version.\n");
 }
@@ -621,5 +636,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "grad") == 0) return cmd_run_or_grad(argc, argv, true);
     if (strcmp(cmd, "bench") == 0) return mha_cli_bench(argc, argv);
     if (strcmp(cmd, "train") == 0) return mha_cli_train(argc, argv);
+    if (strcmp(cmd, "generate") == 0) return mha_cli_generate(argc, argv);
     cli_die("unknown command '%s' (try mha --help)", cmd);
 }

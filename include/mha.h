@@ -605,6 +605,135 @@ MHA_API mha_status mha_module_from_st(const mha_st *st, mha_module **out);
 MHA_API mha_status mha_module_load(const char *path, mha_module **out);
 
 /* ------------------------------------------------------------------------ */
+/* Chapter 4: LayerNorm, GELU, FeedForward, TransformerBlock, GPTModel        */
+/* ------------------------------------------------------------------------ */
+
+/* Dimension legend here: E emb_dim, V vocab_size, C context_length, L
+ * n_layers; FeedForward's hidden width is 4E. */
+
+/* LayerNorm(E): y = scale * (x - mean) / sqrt(var + 1e-5) + shift per row,
+ * var biased (divided by E). y may equal x. */
+MHA_API mha_status mha_layernorm_forward(float *y /* [out] (rows, E) */, const float *x /* [in] */,
+                                 const float *scale /* (E) */, const float *shift /* (E) */,
+                                 int64_t rows, int64_t E);
+/* GELU, the book's tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+ * y may equal x. */
+MHA_API void mha_gelu_forward(float *y /* [out] (n) */, const float *x /* [in] (n) */, size_t n);
+
+typedef enum {
+    MHA_GPT_MODEL = 1,         /* GPTModel(cfg) */
+    MHA_TRANSFORMER_BLOCK = 2  /* TransformerBlock(cfg) */
+} mha_gpt_kind;
+
+/* The book's cfg dict. TransformerBlock uses emb_dim, context_length,
+ * n_heads, drop_rate and qkv_bias. */
+typedef struct {
+    mha_gpt_kind kind;
+    int64_t vocab_size, context_length, emb_dim, n_heads, n_layers;
+    double drop_rate; /* in [0, 1) */
+    int qkv_bias;     /* 0 or 1 */
+} mha_gpt_config;
+
+/* GPT_CONFIG_124M: 50257, 1024, 768, 12, 12, 0.1, qkv_bias 0. */
+MHA_API void mha_gpt_config_init(mha_gpt_config *c, mha_gpt_kind kind);
+MHA_API mha_status mha_gpt_config_validate(const mha_gpt_config *c);
+/* "GPTModel" / "TransformerBlock"; ERR_UNKNOWN_MODULE for other names. */
+MHA_API const char *mha_gpt_kind_name(mha_gpt_kind kind);
+MHA_API mha_status mha_gpt_kind_from_name(const char *name, mha_gpt_kind *out);
+
+typedef struct mha_gpt mha_gpt;
+
+/* Every parameter zero (LayerNorm scales one). tie_head (GPTModel):
+ * out_head.weight is tok_emb.weight (one tensor, as Hugging Face's GPT-2). */
+MHA_API mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out);
+/* torch.manual_seed(seed) then the book's constructor (untied head):
+ * every parameter bit for bit, drawn in PyTorch's construction order. */
+MHA_API mha_status mha_gpt_create_seeded(const mha_gpt_config *c, uint64_t seed, mha_gpt **out);
+/* Re-draws every parameter from g in construction order (tok_emb, pos_emb,
+ * each block's att.W_query/W_key/W_value/out_proj and ff.layers.0/2, the
+ * head; LayerNorms ones/zeros). With a tied head, the head is not drawn. */
+MHA_API mha_status mha_gpt_init(mha_gpt *m, mha_generator *g);
+MHA_API void mha_gpt_free(mha_gpt *m);
+MHA_API const mha_gpt_config *mha_gpt_get_config(const mha_gpt *m);
+MHA_API int mha_gpt_head_tied(const mha_gpt *m);
+
+/* Parameters in state_dict() order ("tok_emb.weight", "pos_emb.weight",
+ * "trf_blocks.0.att.W_query.weight", ..., "trf_blocks.0.ff.layers.0.weight",
+ * "trf_blocks.0.norm1.scale", ..., "final_norm.shift", "out_head.weight";
+ * a TransformerBlock's without the "trf_blocks.N." prefix). With a tied
+ * head, "out_head.weight" shares tok_emb's data. */
+MHA_API size_t mha_gpt_num_params(const mha_gpt *m);
+MHA_API mha_status mha_gpt_param(const mha_gpt *m, size_t i, mha_param *out);
+MHA_API mha_status mha_gpt_find_param(const mha_gpt *m, const char *name, mha_param *out);
+/* Scalars as PyTorch's sum(p.numel()) counts them (163,009,536 for
+ * GPT_CONFIG_124M untied; a tied head is counted once). */
+MHA_API int64_t mha_gpt_param_scalars(const mha_gpt *m);
+
+/* GPTModel forward: idx (B, T) token ids in [0, V), T <= C.
+ *   logits [out]: (B, T, V); with last_only, (B, V): the last position's
+ *   only (what generation needs; the head then runs on B rows).
+ * dropout_rng: NULL for eval; otherwise training mode, drawing PyTorch's
+ * masks in PyTorch's order: drop_emb (B, T, E), then per block the
+ * attention weights (B, H, T, T), drop_shortcut after the attention and
+ * after the feed-forward (B, T, E each).
+ * Errors: ERR_SHAPE, ERR_CONTEXT_LENGTH, ERR_ARGUMENT (an id out of range,
+ * named), ERR_UNSUPPORTED (a TransformerBlock), ERR_NOMEM. */
+MHA_API mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B,
+                           int64_t T, int last_only, mha_generator *dropout_rng);
+/* TransformerBlock forward (or the blocks of a GPTModel, without embedding
+ * and head, for tests): x (B, T, E) -> y (B, T, E); y may equal x. */
+MHA_API mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B,
+                                  int64_t T, mha_generator *dropout_rng);
+
+/* KV cache (batch 1, eval mode), held by the model: feed n tokens at the
+ * next positions; logits [out] (V) of the last one. The cached keys and
+ * values of every layer are kept, so each call computes only the new
+ * rows. Feeding a sequence in any number of calls gives the logits one
+ * forward over it gives (the same kernels: bit for bit where the GEMM
+ * backend's rounding does not depend on the row count). ERR_CONTEXT_LENGTH
+ * when the cache would pass context_length (reset and refeed a window). */
+MHA_API mha_status mha_gpt_cache_reset(mha_gpt *m);
+MHA_API mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int64_t n);
+MHA_API int64_t mha_gpt_cache_length(const mha_gpt *m);
+
+/* Generation: the book's generate_text_simple (temperature 0: greedy argmax
+ * of the last position; the context cropped to the last C tokens) and
+ * chapter 5's generate (top_k > 0 keeps the k largest logits; temperature
+ * > 0 samples softmax(logits / temperature) as torch.multinomial(probs, 1)
+ * does after torch.manual_seed(seed): q ~ Exponential(1) per entry, the
+ * argmax of probs / q). */
+typedef struct {
+    int64_t max_new_tokens;
+    double temperature;  /* 0: greedy */
+    int64_t top_k;       /* 0: all */
+    uint64_t seed;       /* the sampling stream (temperature > 0) */
+    int use_cache;       /* 1: KV cache (same tokens), 0: a full forward per token */
+    int32_t eos_id;      /* stop after this id; -1: none */
+} mha_generate_opts;
+MHA_API void mha_generate_opts_init(mha_generate_opts *o);
+/* out [out]: the prompt then the new ids, n_prompt + max_new_tokens
+ * capacity; *n_out the count. on_token (may be NULL) sees each new id as
+ * it comes, for streaming. */
+MHA_API mha_status mha_gpt_generate(mha_gpt *m, int32_t *out, int64_t *n_out, const int32_t *prompt,
+                            int64_t n_prompt, const mha_generate_opts *o,
+                            void (*on_token)(void *user, int32_t id), void *user);
+
+/* Saves the state_dict under the book's names, F32, __metadata__ "module"
+ * and the config keys (vocab_size, context_length, emb_dim, n_heads,
+ * n_layers, drop_rate, qkv_bias) as strings. */
+MHA_API mha_status mha_gpt_save(const mha_gpt *m, const char *path);
+/* Loads a GPTModel or TransformerBlock from the book's names (metadata as
+ * mha_gpt_save writes) or a GPTModel from Hugging Face GPT-2 names
+ * (wte.weight, wpe.weight, h.N.ln_1.*, h.N.attn.c_attn.* (Conv1D (in, out),
+ * q|k|v side by side), h.N.attn.c_proj.*, h.N.ln_2.*, h.N.mlp.c_fc.*,
+ * h.N.mlp.c_proj.*, ln_f.*; an optional "transformer." prefix;
+ * h.N.attn.bias / masked_bias ignored; lm_head.weight, if present, must
+ * equal wte; the head tied to wte; configuration from the shapes,
+ * qkv_bias 1, drop_rate from metadata or 0). F32, F16, BF16 or F64. */
+MHA_API mha_status mha_gpt_load(const char *path, mha_gpt **out);
+MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
+
+/* ------------------------------------------------------------------------ */
 /* Runtime                                                                    */
 /* ------------------------------------------------------------------------ */
 

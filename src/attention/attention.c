@@ -83,6 +83,10 @@ static void fill_head(const mha__attention_desc *d, mha__attn_args *a, int64_t b
     a->k = base + d->k_base;
     a->v = base + d->v_base;
     a->ldq = a->ldk = a->ldv = d->ld_qkv;
+    if (d->q_rows) {
+        a->q = d->q_rows + b * T * d->ld_q_rows + h * d->HD;
+        a->ldq = d->ld_q_rows;
+    }
     a->o = d->o + b * T * d->ldo + h * d->HD;
     a->ldo = d->ldo;
     a->lse = d->lse ? d->lse + (b * d->H + h) * T : NULL;
@@ -184,7 +188,8 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 #endif
     }
 
-    const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK;
+    const int64_t nqb0 = d->t_begin / MHA_QBLOCK; /* blocks below t_begin: none */
+    const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK - nqb0;
     const int64_t ntasks = B * H * nqb;
     const mha__kernels *k = kernels_of(d);
 #if defined(MHA_HAVE_OPENMP)
@@ -213,8 +218,9 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 #endif
         mha__attn_args a = {0};
         fill_head(d, &a, b, h);
-        a.q_begin = qb * MHA_QBLOCK;
+        a.q_begin = (qb + nqb0) * MHA_QBLOCK;
         a.q_end = a.q_begin + MHA_QBLOCK < T ? a.q_begin + MHA_QBLOCK : T;
+        if (a.q_begin < d->t_begin) a.q_begin = d->t_begin;
         if (md.bits) {
             a.drop = MHA_DROP_BITMASK;
             a.keep = md.bits + ((b * H + h) * T) * keep_ld;

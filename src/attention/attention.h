@@ -45,6 +45,15 @@ typedef struct {
      * has it (then o is not read: dO may have been written over it); NULL:
      * the backward computes it from o. */
     const float *delta;
+    /* Forward, for a KV cache: Q rows from q_rows instead of qkv (row t of
+     * batch b at q_rows + (b*T + t)*ld_q_rows, head h at column h*HD), and
+     * only the query rows [t_begin, T) computed (keys [0, T) as usual). A
+     * row's result does not depend on t_begin (the kernels' rows are
+     * independent), so feeding tokens through a cache gives the same bits as
+     * one forward over the whole sequence. */
+    const float *q_rows;
+    int64_t ld_q_rows;
+    int64_t t_begin;
 } mha__attention_desc;
 
 /* Workspace bytes mha__attention_forward needs; 0 on overflow. */

@@ -1,0 +1,403 @@
+/* gpt_io.c — GPTModel and TransformerBlock weights in safetensors: the
+ * book's state_dict names (with the configuration in __metadata__) and
+ * Hugging Face's GPT-2 names (configuration from the shapes). */
+#include "gpt.h"
+
+#include "common/common.h"
+#include "generator/generator.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- save --------------------------------------------------------------- */
+
+mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
+    if (!m || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_save: NULL argument");
+    const mha_gpt_config *c = &m->cfg;
+    mha_st_entry *e = mha__calloc(m->n_params * sizeof *e);
+    int64_t(*shapes)[2] = mha__calloc(m->n_params * sizeof *shapes);
+    if (!e || !shapes) {
+        mha__free(e);
+        mha__free(shapes);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < m->n_params; i++) {
+        const mha_param *p = &m->params[i];
+        shapes[i][0] = p->shape[0];
+        shapes[i][1] = p->shape[1];
+        e[i] = (mha_st_entry){p->name, MHA_DTYPE_F32, p->ndim, shapes[i], p->data};
+    }
+    char v[7][32];
+    snprintf(v[0], 32, "%lld", (long long)c->vocab_size);
+    snprintf(v[1], 32, "%lld", (long long)c->context_length);
+    snprintf(v[2], 32, "%lld", (long long)c->emb_dim);
+    snprintf(v[3], 32, "%lld", (long long)c->n_heads);
+    snprintf(v[4], 32, "%lld", (long long)c->n_layers);
+    mha__format_double(v[5], 32, c->drop_rate);
+    snprintf(v[6], 32, "%s", c->qkv_bias ? "true" : "false");
+    const char *meta[] = {"module", mha_gpt_kind_name(c->kind), "vocab_size", v[0], "context_length", v[1],
+                          "emb_dim", v[2], "n_heads", v[3], "n_layers", v[4], "drop_rate", v[5],
+                          "qkv_bias", v[6]};
+    const mha_status st = mha_st_write_file(path, e, m->n_params, meta, sizeof meta / sizeof meta[0] / 2);
+    mha__free(e);
+    mha__free(shapes);
+    return st;
+}
+
+/* ---- load: shared ------------------------------------------------------- */
+
+/* Converts t (shape rows x cols, or cols when rows == 0) into dst, or
+ * transposed ((cols, rows) into dst (rows... ) when transpose. Checks the
+ * shape and finiteness; the detail names the tensor. */
+static mha_status take(const mha_st_tensor *t, float *dst, int64_t s0, int64_t s1, bool transpose, float *tmp) {
+    const int nd = s1 ? 2 : 1;
+    const int64_t f0 = transpose ? s1 : s0, f1 = transpose ? s0 : s1; /* the file's shape */
+    if (t->ndim != nd || t->shape[0] != f0 || (nd == 2 && t->shape[1] != f1)) {
+        char got[64] = "";
+        for (int d = 0; d < t->ndim && d < 4; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        if (nd == 2)
+            return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld, %lld)", t->name, got,
+                             (long long)f0, (long long)f1);
+        return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld)", t->name, got, (long long)f0);
+    }
+    float *out = transpose ? tmp : dst;
+    mha_status st = mha_st_tensor_to_f32(t, out, t->numel);
+    if (st != MHA_OK) {
+        char d[200];
+        snprintf(d, sizeof d, "%s", mha_last_error());
+        return mha__fail(st, "tensor '%s': %s", t->name, d);
+    }
+    for (size_t i = 0; i < t->numel; i++)
+        if (!isfinite(out[i]))
+            return mha__fail(MHA_ERR_NONFINITE, "tensor '%s' holds %s at element %zu", t->name,
+                             isnan(out[i]) ? "NaN" : "infinity", i);
+    if (transpose)
+        for (int64_t i = 0; i < s0; i++)
+            for (int64_t j = 0; j < s1; j++) dst[i * s1 + j] = tmp[j * s0 + i];
+    return MHA_OK;
+}
+
+static mha_status need(const mha_st *st, const char *name, mha_st_tensor *t) {
+    if (mha_st_find(st, name, t) == MHA_OK) return MHA_OK;
+    return mha__fail(MHA_ERR_MISSING, "missing tensor '%s'", name);
+}
+
+/* ---- load: the book's names ---------------------------------------------- */
+
+static mha_status meta_int(const mha_st *st, const char *key, int64_t *out) {
+    const char *s = mha_st_metadata(st, key);
+    if (!s) return mha__fail(MHA_ERR_CONFIG, "metadata '%s' is missing", key);
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < 1 || s[0] == '+' || s[0] == ' ')
+        return mha__fail(MHA_ERR_CONFIG, "metadata '%s' must be a positive integer, got '%.40s'", key, s);
+    *out = v;
+    return MHA_OK;
+}
+
+static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) {
+    mha_gpt_config c;
+    mha_gpt_config_init(&c, kind);
+    mha_status s;
+    if ((s = meta_int(st, "context_length", &c.context_length)) != MHA_OK) return s;
+    if ((s = meta_int(st, "emb_dim", &c.emb_dim)) != MHA_OK) return s;
+    if ((s = meta_int(st, "n_heads", &c.n_heads)) != MHA_OK) return s;
+    if (kind == MHA_GPT_MODEL) {
+        if ((s = meta_int(st, "vocab_size", &c.vocab_size)) != MHA_OK) return s;
+        if ((s = meta_int(st, "n_layers", &c.n_layers)) != MHA_OK) return s;
+    }
+    const char *v = mha_st_metadata(st, "drop_rate");
+    c.drop_rate = 0.0;
+    if (v && !mha__parse_double(v, &c.drop_rate))
+        return mha__fail(MHA_ERR_CONFIG, "metadata 'drop_rate' is not a number: '%.40s'", v);
+    v = mha_st_metadata(st, "qkv_bias");
+    c.qkv_bias = 0;
+    if (v) {
+        if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) c.qkv_bias = 1;
+        else if (strcmp(v, "false") && strcmp(v, "False") && strcmp(v, "0"))
+            return mha__fail(MHA_ERR_CONFIG, "metadata 'qkv_bias' must be true or false, got '%.40s'", v);
+    }
+    mha_gpt *m = NULL;
+    if ((s = mha_gpt_create(&c, 0, &m)) != MHA_OK) return s;
+    /* every parameter, then nothing else but att.mask buffers */
+    for (size_t i = 0; i < m->n_params && s == MHA_OK; i++) {
+        mha_param *p = &m->params[i];
+        mha_st_tensor t;
+        if ((s = need(st, p->name, &t)) == MHA_OK)
+            s = take(&t, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0, false, NULL);
+    }
+    for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
+        mha_st_tensor t;
+        mha_st_get(st, i, &t);
+        mha_param p;
+        const size_t n = strlen(t.name);
+        const bool mask = n >= 9 && strcmp(t.name + n - 9, ".att.mask") == 0;
+        const bool mask0 = strcmp(t.name, "att.mask") == 0;
+        if (!(mask || mask0) && mha_gpt_find_param(m, t.name, &p) != MHA_OK)
+            s = mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t.name, mha_gpt_kind_name(kind));
+    }
+    if (s != MHA_OK) {
+        mha_gpt_free(m);
+        return s;
+    }
+    *out = m;
+    return MHA_OK;
+}
+
+/* ---- load: Hugging Face's names ------------------------------------------ */
+
+static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
+    char name[160];
+    mha_st_tensor wte, wpe, t;
+    mha_status s;
+    snprintf(name, sizeof name, "%swte.weight", pre);
+    if ((s = need(st, name, &wte)) != MHA_OK) return s;
+    snprintf(name, sizeof name, "%swpe.weight", pre);
+    if ((s = need(st, name, &wpe)) != MHA_OK) return s;
+    if (wte.ndim != 2 || wpe.ndim != 2 || wte.shape[1] != wpe.shape[1])
+        return mha__fail(MHA_ERR_SHAPE, "wte.weight and wpe.weight must be (vocab, E) and (context, E)");
+    mha_gpt_config c;
+    mha_gpt_config_init(&c, MHA_GPT_MODEL);
+    c.vocab_size = wte.shape[0];
+    c.emb_dim = wte.shape[1];
+    c.context_length = wpe.shape[0];
+    c.qkv_bias = 1;
+    c.drop_rate = 0.0;
+    c.n_layers = 0;
+    for (;;) {
+        snprintf(name, sizeof name, "%sh.%lld.ln_1.weight", pre, (long long)c.n_layers);
+        if (mha_st_find(st, name, &t) != MHA_OK) break;
+        c.n_layers++;
+    }
+    if (c.n_layers == 0) return mha__fail(MHA_ERR_MISSING, "missing tensor '%sh.0.ln_1.weight'", pre);
+    /* the head count is not in the shapes: metadata, else GPT-2's head size 64 */
+    const char *v = mha_st_metadata(st, "n_heads");
+    if (!v) v = mha_st_metadata(st, "n_head");
+    if (v) {
+        char *end = NULL;
+        long long h = strtoll(v, &end, 10);
+        if (!*v || *end || h < 1) return mha__fail(MHA_ERR_CONFIG, "metadata n_heads must be a positive integer, got '%.40s'", v);
+        c.n_heads = h;
+    } else if (c.emb_dim % 64 == 0) {
+        c.n_heads = c.emb_dim / 64;
+    } else {
+        return mha__fail(MHA_ERR_CONFIG, "emb_dim %lld is not a multiple of GPT-2's head size 64: give n_heads in the metadata",
+                         (long long)c.emb_dim);
+    }
+    if ((v = mha_st_metadata(st, "drop_rate")) && !mha__parse_double(v, &c.drop_rate))
+        return mha__fail(MHA_ERR_CONFIG, "metadata 'drop_rate' is not a number: '%.40s'", v);
+    /* lm_head.weight: tied when absent or equal to wte */
+    mha_st_tensor head;
+    snprintf(name, sizeof name, "%slm_head.weight", pre);
+    bool has_head = mha_st_find(st, name, &head) == MHA_OK;
+    if (!has_head) {
+        snprintf(name, sizeof name, "lm_head.weight");
+        has_head = mha_st_find(st, name, &head) == MHA_OK;
+    }
+    const bool tied = !has_head || (head.dtype == wte.dtype && head.nbytes == wte.nbytes &&
+                                    memcmp(head.data, wte.data, wte.nbytes) == 0);
+    mha_gpt *m = NULL;
+    if ((s = mha_gpt_create(&c, tied, &m)) != MHA_OK) return s;
+    const int64_t E = m->E;
+    float *tmp = mha__alloc((size_t)(4 * E * E) * sizeof(float));
+    if (!tmp) {
+        mha_gpt_free(m);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    }
+    s = take(&wte, m->tok_emb, m->V, E, false, NULL);
+    if (s == MHA_OK) s = take(&wpe, m->pos_emb, m->C, E, false, NULL);
+    if (s == MHA_OK && !tied) s = take(&head, m->head, m->V, E, false, NULL);
+    for (int64_t l = 0; l < m->L && s == MHA_OK; l++) {
+        mha__gpt_block *b = &m->blocks[l];
+        const struct {
+            const char *suffix;
+            float *dst;
+            int64_t s0, s1;
+            bool tr;
+        } map[] = {
+            {"ln_1.weight", b->ln1_s, E, 0, false},        {"ln_1.bias", b->ln1_b, E, 0, false},
+            {"attn.c_attn.weight", b->w_qkv, 3 * E, E, true}, {"attn.c_attn.bias", b->b_qkv, 3 * E, 0, false},
+            {"attn.c_proj.weight", b->w_out, E, E, true},  {"attn.c_proj.bias", b->b_out, E, 0, false},
+            {"ln_2.weight", b->ln2_s, E, 0, false},        {"ln_2.bias", b->ln2_b, E, 0, false},
+            {"mlp.c_fc.weight", b->w1, 4 * E, E, true},    {"mlp.c_fc.bias", b->b1, 4 * E, 0, false},
+            {"mlp.c_proj.weight", b->w2, E, 4 * E, true},  {"mlp.c_proj.bias", b->b2, E, 0, false},
+        };
+        for (size_t k = 0; k < sizeof map / sizeof map[0] && s == MHA_OK; k++) {
+            snprintf(name, sizeof name, "%sh.%lld.%s", pre, (long long)l, map[k].suffix);
+            if ((s = need(st, name, &t)) == MHA_OK) s = take(&t, map[k].dst, map[k].s0, map[k].s1, map[k].tr, tmp);
+        }
+    }
+    snprintf(name, sizeof name, "%sln_f.weight", pre);
+    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(&t, m->lnf_s, E, 0, false, NULL);
+    snprintf(name, sizeof name, "%sln_f.bias", pre);
+    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(&t, m->lnf_b, E, 0, false, NULL);
+    mha__free(tmp);
+    /* nothing unexpected: the mask buffers h.N.attn.bias / masked_bias are ignored */
+    const size_t pl = strlen(pre);
+    for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
+        mha_st_get(st, i, &t);
+        const char *nm = strncmp(t.name, pre, pl) == 0 ? t.name + pl : t.name;
+        if (!strcmp(nm, "wte.weight") || !strcmp(nm, "wpe.weight") || !strcmp(nm, "ln_f.weight") ||
+            !strcmp(nm, "ln_f.bias") || !strcmp(t.name, "lm_head.weight") || !strcmp(nm, "lm_head.weight"))
+            continue;
+        long long l = -1;
+        int used = 0;
+        if (sscanf(nm, "h.%lld.%n", &l, &used) == 1 && used > 0 && l >= 0 && l < m->L) {
+            const char *rest = nm + used;
+            static const char *const known[] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                                "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+                                                "mlp.c_proj.bias", "attn.bias", "attn.masked_bias"};
+            bool ok = false;
+            for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= !strcmp(rest, known[k]);
+            if (ok) continue;
+        }
+        s = mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a GPT-2 file", t.name);
+    }
+    if (s != MHA_OK) {
+        mha_gpt_free(m);
+        return s;
+    }
+    *out = m;
+    return MHA_OK;
+}
+
+mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out) {
+    if (!st || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_from_st: NULL argument");
+    *out = NULL;
+    mha_st_tensor t;
+    if (mha_st_find(st, "wte.weight", &t) == MHA_OK) return from_hf(st, "", out);
+    if (mha_st_find(st, "transformer.wte.weight", &t) == MHA_OK) return from_hf(st, "transformer.", out);
+    const char *mod = mha_st_metadata(st, "module");
+    if (!mod)
+        return mha__fail(MHA_ERR_FORMAT, "neither a Hugging Face GPT-2 file (no wte.weight) nor a book file "
+                                         "(no 'module' in __metadata__)");
+    mha_gpt_kind kind;
+    mha_status s = mha_gpt_kind_from_name(mod, &kind);
+    if (s != MHA_OK) return s;
+    return from_book(st, kind, out);
+}
+
+mha_status mha_gpt_load(const char *path, mha_gpt **out) {
+    if (!path || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_load: NULL argument");
+    *out = NULL;
+    mha_st *st = NULL;
+    mha_status s = mha_st_read_file(path, &st);
+    if (s != MHA_OK) return s;
+    s = mha_gpt_from_st(st, out);
+    mha_st_free(st);
+    if (s != MHA_OK) {
+        char d[400];
+        snprintf(d, sizeof d, "%s", mha_last_error());
+        return mha__fail(s, "%s: %s", path, d);
+    }
+    return MHA_OK;
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+void mha_generate_opts_init(mha_generate_opts *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->max_new_tokens = 10;
+    o->use_cache = 1;
+    o->eos_id = -1;
+}
+
+/* The next id from the last position's logits (modified in place). */
+static int32_t pick(float *logits, int64_t V, const mha_generate_opts *o, mha_generator *g) {
+    if (o->top_k > 0 && o->top_k < V) {
+        /* the k-th largest value (torch.topk(...)[:, -1]): select by counting */
+        float *tmp = mha__alloc((size_t)V * sizeof(float));
+        float kth = -INFINITY;
+        if (tmp) {
+            memcpy(tmp, logits, (size_t)V * sizeof(float));
+            /* partial selection sort over the top k: k is small */
+            for (int64_t i = 0; i < o->top_k; i++) {
+                int64_t best = i;
+                for (int64_t j = i + 1; j < V; j++)
+                    if (tmp[j] > tmp[best]) best = j;
+                const float t = tmp[i];
+                tmp[i] = tmp[best];
+                tmp[best] = t;
+            }
+            kth = tmp[o->top_k - 1];
+            mha__free(tmp);
+        }
+        for (int64_t j = 0; j < V; j++)
+            if (logits[j] < kth) logits[j] = -INFINITY;
+    }
+    int64_t arg = 0;
+    if (o->temperature > 0.0) {
+        const float temp = (float)o->temperature;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < V; j++) {
+            logits[j] = logits[j] / temp;
+            if (logits[j] > mx) mx = logits[j];
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < V; j++) sum += (double)(logits[j] = expf(logits[j] - mx));
+        const float inv = 1.0f / (float)sum; /* torch: probs = e * (1 / sum) */
+        /* torch.multinomial(probs, 1): q ~ Exponential(1) for every entry,
+         * then argmax(probs / q) */
+        float best = -INFINITY;
+        for (int64_t j = 0; j < V; j++) {
+            const double u = mha__generator_u53(g);
+            const float q = (float)(-1.0 * log(1.0 - u));
+            const float r = (logits[j] * inv) / q;
+            if (r > best) best = r, arg = j;
+        }
+    } else {
+        float best = logits[0];
+        for (int64_t j = 1; j < V; j++)
+            if (logits[j] > best) best = logits[j], arg = j;
+    }
+    return (int32_t)arg;
+}
+
+mha_status mha_gpt_generate(mha_gpt *m, int32_t *out, int64_t *n_out, const int32_t *prompt, int64_t n_prompt,
+                            const mha_generate_opts *o, void (*on_token)(void *user, int32_t id), void *user) {
+    if (!m || !out || !n_out || !prompt || !o) return mha__fail(MHA_ERR_ARGUMENT, "generate: NULL argument");
+    if (m->cfg.kind != MHA_GPT_MODEL) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock does not generate");
+    if (n_prompt < 1) return mha__fail(MHA_ERR_SHAPE, "the prompt needs at least one token");
+    if (o->max_new_tokens < 0) return mha__fail(MHA_ERR_ARGUMENT, "max_new_tokens must be >= 0");
+    if (!(o->temperature >= 0.0) || !isfinite(o->temperature))
+        return mha__fail(MHA_ERR_ARGUMENT, "temperature must be >= 0, got %g", o->temperature);
+    if (o->top_k < 0) return mha__fail(MHA_ERR_ARGUMENT, "top_k must be >= 0");
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->V)
+            return mha__fail(MHA_ERR_ARGUMENT, "token id %d at position %lld is outside the vocabulary [0, %lld)",
+                             prompt[i], (long long)i, (long long)m->V);
+    const int64_t V = m->V, C = m->C;
+    float *logits = mha__alloc((size_t)V * sizeof(float));
+    mha_generator *g = NULL;
+    mha_status s = logits ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory");
+    if (s == MHA_OK && o->temperature > 0.0) s = mha_generator_create(o->seed, &g);
+    int64_t n = n_prompt;
+    if (s == MHA_OK) memcpy(out, prompt, (size_t)n_prompt * sizeof(int32_t));
+    bool fresh = true;
+    for (int64_t i = 0; i < o->max_new_tokens && s == MHA_OK; i++) {
+        const int64_t w0 = n > C ? n - C : 0; /* the cropped window */
+        if (!o->use_cache) {
+            s = mha_gpt_forward(m, logits, out + w0, 1, n - w0, 1, NULL);
+        } else if (fresh || n > C) {
+            mha_gpt_cache_reset(m);
+            s = mha_gpt_cache_feed(m, logits, out + w0, n - w0);
+            fresh = false;
+        } else {
+            s = mha_gpt_cache_feed(m, logits, out + n - 1, 1);
+        }
+        if (s != MHA_OK) break;
+        const int32_t next = pick(logits, V, o, g);
+        if (next == o->eos_id) break;
+        out[n++] = next;
+        if (on_token) on_token(user, next);
+    }
+    *n_out = n;
+    mha_generator_free(g);
+    mha__free(logits);
+    return s;
+}
