@@ -54,9 +54,13 @@ def serialize(tensors, metadata=None, align=8):
     chunks = []
     off = 0
     for name, t in items:
-        a = _as_numpy(t)
-        dt = dtype_name(a)
-        b = a.astype(DTYPES[dt], copy=False).tobytes(order="C")
+        if isinstance(t, tuple) and t[0] == "BF16":  # ("BF16", float32 array): truncated to bfloat16 bits
+            a = np.ascontiguousarray(t[1], dtype=np.float32)
+            dt, b = "BF16", (a.view(np.uint32) >> 16).astype("<u2").tobytes(order="C")
+        else:
+            a = _as_numpy(t)
+            dt = dtype_name(a)
+            b = a.astype(DTYPES[dt], copy=False).tobytes(order="C")
         header[name] = {"dtype": dt, "shape": list(a.shape),
                         "data_offsets": [off, off + len(b)]}
         chunks.append(b)
