@@ -276,3 +276,158 @@ int mha_cli_generate(int argc, char **argv) {
     mha_gpt_free(m);
     return 0;
 }
+
+/* ---- mha bench GPTModel --------------------------------------------------- */
+
+#include <sys/resource.h>
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static int32_t argmax_id(const float *v, int64_t n) {
+    int64_t a = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[a]) a = i;
+    return (int32_t)a;
+}
+
+/* GB/s of a streaming read of n floats with the library's threads (the
+ * best of 3 passes): what decoding, which reads every weight once per token,
+ * can hope for. */
+static double stream_read_gbps(const float *buf, size_t n) {
+    double best = INFINITY;
+    volatile float sink = 0.0f;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = now_s();
+        float total = 0.0f;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) reduction(+ : total)
+#endif
+        for (size_t b = 0; b < n / 4096; b++) {
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+            const float *p = buf + b * 4096;
+            for (size_t i = 0; i < 4096; i += 8) {
+                s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+                s4 += p[i + 4], s5 += p[i + 5], s6 += p[i + 6], s7 += p[i + 7];
+            }
+            total += s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+        }
+        sink = total;
+        const double t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    (void)sink;
+    return (double)(n / 4096 * 4096) * sizeof(float) / best * 1e-9;
+}
+
+int mha_cli_bench_gpt(int argc, char **argv) {
+    const char *weights = NULL;
+    int64_t T = 1024, N = 64, rounds = 3;
+    bool json = false;
+    for (int i = 3; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            puts("usage: mha bench GPTModel [--weights FILE] [--prompt-tokens T] [--decode N] [--rounds R]\n"
+                 "                          [--threads K] [--json]\n\n"
+                 "Times a GPTModel at batch 1: without --weights a seeded GPT_CONFIG_124M, with it that\n"
+                 "file (the book's names or Hugging Face GPT-2's). Prefill: a T-token prompt (default\n"
+                 "1024) in one forward up to the last position's logits (filling the KV cache); decode: N\n"
+                 "single-token greedy steps with the KV cache after a 4-token prompt (default 64). The best\n"
+                 "of R rounds (default 3). --json ends with one line: prefill_tokens_per_s,\n"
+                 "decode_tokens_per_s, decode_ms_per_token, peak_rss_mib, threads, ...");
+            return 0;
+        } else if (!strcmp(a, "--weights")) {
+            if (!v) cli_die("--weights needs a file");
+            weights = v, i++;
+        } else if (!strcmp(a, "--prompt-tokens")) {
+            T = cli_parse_int(a, v, 1, 1 << 24), i++;
+        } else if (!strcmp(a, "--decode")) {
+            N = cli_parse_int(a, v, 1, 1 << 24), i++;
+        } else if (!strcmp(a, "--rounds")) {
+            rounds = cli_parse_int(a, v, 1, 1000), i++;
+        } else if (!strcmp(a, "--threads")) {
+            cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            cli_die("bench GPTModel: unknown option '%s' (see mha bench GPTModel --help)", a);
+        }
+    }
+    mha_gpt *m = NULL;
+    const double t_load = now_s();
+    if (weights) {
+        cli_check(mha_gpt_load(weights, &m), weights);
+    } else {
+        mha_gpt_config c;
+        mha_gpt_config_init(&c, MHA_GPT_MODEL);
+        cli_check(mha_gpt_create_seeded(&c, 123, &m), "GPTModel");
+    }
+    const double load_s = now_s() - t_load;
+    const mha_gpt_config *c = mha_gpt_get_config(m);
+    if (c->kind != MHA_GPT_MODEL) cli_die("bench: %s holds a %s, not a GPTModel", weights, mha_gpt_kind_name(c->kind));
+    if (T > c->context_length) cli_die("--prompt-tokens %lld exceeds context_length %lld", (long long)T, (long long)c->context_length);
+    if (4 + N > c->context_length) cli_die("--decode %lld: 4 + N exceeds context_length %lld", (long long)N, (long long)c->context_length);
+    const int64_t V = c->vocab_size;
+    int32_t *ids = cli_malloc((size_t)T * sizeof(int32_t));
+    mha_generator *g = NULL;
+    cli_check(mha_generator_create(1, &g), "generator");
+    for (int64_t i = 0; i < T; i++) ids[i] = (int32_t)(mha_generator_random(g) % (uint32_t)V);
+    mha_generator_free(g);
+    float *logits = cli_malloc((size_t)V * sizeof(float));
+    double best_prefill = INFINITY, best_decode = INFINITY;
+    for (int64_t r = 0; r < rounds; r++) {
+        cli_check(mha_gpt_cache_reset(m), "cache");
+        double t0 = now_s();
+        cli_check(mha_gpt_cache_feed(m, logits, ids, T), "prefill");
+        const double tp = now_s() - t0;
+        if (tp < best_prefill) best_prefill = tp;
+        cli_check(mha_gpt_cache_reset(m), "cache");
+        cli_check(mha_gpt_cache_feed(m, logits, ids, 4), "prompt");
+        t0 = now_s();
+        for (int64_t k = 0; k < N; k++) {
+            const int32_t next = argmax_id(logits, V);
+            cli_check(mha_gpt_cache_feed(m, logits, &next, 1), "decode");
+        }
+        const double td = now_s() - t0;
+        if (td < best_decode) best_decode = td;
+        if (!json) fprintf(stderr, "round %lld/%lld: prefill %.3f s, decode %.3f s\n", (long long)r + 1, (long long)rounds, tp, td);
+    }
+    const double E = (double)c->emb_dim, L = (double)c->n_layers, C = (double)c->context_length;
+    const double weights_mib = (double)mha_gpt_param_scalars(m) * 4.0 / 1048576.0;
+    const double kv_mib = L * C * 2.0 * E * 4.0 / 1048576.0;
+    const double act_mib = (double)T * (10.0 * E) * 4.0 / 1048576.0 + C * E * 4.0 / 1048576.0 + (double)V * 4.0 / 1048576.0;
+    /* the weights themselves, read as a stream: the decode bound */
+    mha_param tok;
+    cli_check(mha_gpt_find_param(m, "tok_emb.weight", &tok), "weights");
+    const double gbps = stream_read_gbps(tok.data, tok.numel);
+    const double bound_ms = weights_mib * 1048576.0 / (gbps * 1e9) * 1e3;
+    const double peak = peak_rss_mib();
+    printf("GPTModel(vocab %lld, context %lld, emb %lld, heads %lld, layers %lld%s), %s\n", (long long)c->vocab_size,
+           (long long)c->context_length, (long long)c->emb_dim, (long long)c->n_heads, (long long)c->n_layers,
+           mha_gpt_head_tied(m) ? ", head tied" : "", weights ? weights : "seeded GPT_CONFIG_124M (seed 123)");
+    printf("threads %d, kernels %s, projections %s; loaded in %.2f s\n", mha_runtime_threads(), mha_runtime_isa(),
+           mha_runtime_blas(), load_s);
+    printf("prefill: %lld tokens in %.3f s = %.1f tokens/s (best of %lld)\n", (long long)T, best_prefill,
+           (double)T / best_prefill, (long long)rounds);
+    printf("decode: %lld tokens in %.3f s = %.2f tokens/s, %.2f ms/token (best of %lld)\n", (long long)N, best_decode,
+           (double)N / best_decode, best_decode * 1e3 / (double)N, (long long)rounds);
+    printf("streaming read: %.1f GB/s -> reading the weights once takes %.2f ms; decode / that = %.2f\n", gbps,
+           bound_ms, best_decode * 1e3 / (double)N / bound_ms);
+    printf("peak resident memory %.1f MiB (weights %.1f + KV cache %.1f + activations %.1f = %.1f, ratio %.2f)\n", peak,
+           weights_mib, kv_mib, act_mib, weights_mib + kv_mib + act_mib, peak / (weights_mib + kv_mib + act_mib));
+    if (json)
+        printf("{\"prefill_tokens\":%lld,\"prefill_tokens_per_s\":%.3f,\"decode_tokens\":%lld,\"decode_tokens_per_s\":%.3f,"
+               "\"decode_ms_per_token\":%.4f,\"peak_rss_mib\":%.1f,\"weights_mib\":%.1f,\"kv_cache_mib\":%.1f,"
+               "\"threads\":%d,\"isa\":\"%s\",\"blas\":\"%s\",\"load_s\":%.3f,\"stream_read_gbps\":%.2f,"
+               "\"weights_read_ms\":%.3f}\n",
+               (long long)T, (double)T / best_prefill, (long long)N, (double)N / best_decode, best_decode * 1e3 / (double)N,
+               peak, weights_mib, kv_mib, mha_runtime_threads(), mha_runtime_isa(), mha_runtime_blas(), load_s, gbps,
+               bound_ms);
+    free(ids);
+    free(logits);
+    mha_gpt_free(m);
+    return 0;
+}

@@ -634,7 +634,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
     if (strcmp(cmd, "run") == 0) return cmd_run_or_grad(argc, argv, false);
     if (strcmp(cmd, "grad") == 0) return cmd_run_or_grad(argc, argv, true);
-    if (strcmp(cmd, "bench") == 0) return mha_cli_bench(argc, argv);
+    if (strcmp(cmd, "bench") == 0)
+        return argc > 2 && strcmp(argv[2], "GPTModel") == 0 ? mha_cli_bench_gpt(argc, argv) : mha_cli_bench(argc, argv);
     if (strcmp(cmd, "train") == 0) return mha_cli_train(argc, argv);
     if (strcmp(cmd, "generate") == 0) return mha_cli_generate(argc, argv);
     cli_die("unknown command '%s' (try mha --help)", cmd);

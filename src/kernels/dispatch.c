@@ -36,6 +36,7 @@ static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
         (k)->mt_twist_temper = mha__mt_twist_temper_##sfx; \
         (k)->keep_bits_raw = mha__keep_bits_raw_##sfx;   \
         (k)->dropout_apply = mha__dropout_apply_##sfx;   \
+        (k)->gemv = mha__gemv_##sfx;                     \
     } while (0)
 
 static void fill_ref(mha__kernels *k) {
@@ -58,6 +59,7 @@ static void fill_avx512(mha__kernels *k) {
     k->name = isa_names[MHA_ISA_AVX512];
     k->attn_fwd = mha__attn_fwd_avx512;
     k->attn_fwd_scratch = mha__attn_fwd_avx512_scratch;
+    k->gemv = mha__gemv_avx512;
     /* the generator's AVX2 kernels are memory-bound; no AVX-512 versions */
 }
 #endif

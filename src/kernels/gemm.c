@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #if defined(MHA_HAVE_ONEDNN)
@@ -278,10 +279,42 @@ static void run_tile(const gemm_job *j, int64_t t) {
         }
 }
 
+/* ---- one row: GEMV --------------------------------------------------------- */
+
+void mha__gemv_ref(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw,
+                   const float *bias, float *y) {
+    for (int64_t n = 0; n < N; n++) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < K; k++) s = fmaf(W[n * ldw + k], x[k], s);
+        y[n] = bias ? s + bias[n] : s;
+    }
+}
+
+/* Rows of W per task: a fixed split, whatever the thread count. */
+#define MHA_GEMV_ROWS 256
+
+/* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, rows
+ * of B in fixed blocks dealt to threads. */
+static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
+                      int64_t ldb, const float *bias, float *C) {
+    const int64_t nblk = (N + MHA_GEMV_ROWS - 1) / MHA_GEMV_ROWS;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) if (nblk > 1 && (double)N * (double)K > 1e5 && !omp_in_parallel())
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t n0 = b * MHA_GEMV_ROWS, n = N - n0 < MHA_GEMV_ROWS ? N - n0 : MHA_GEMV_ROWS;
+        k->gemv(n, K, A, B + n0 * ldb, ldb, bias ? bias + n0 : NULL, C + n0);
+    }
+}
+
 static void sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
                         float *C, int64_t ldc, const float *bias) {
     if (M <= 0 || N <= 0) return;
+    if (M == 1 && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || bias) && K > 0) {
+        gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C);
+        return;
+    }
     gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
                   lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1)};
     const int64_t ntiles = j.p.nm * j.p.nn;

@@ -181,6 +181,24 @@ size_t mha__attn_bwd_ref_scratch(int64_t T, int64_t HD);
 /* Reference: plain loops through the weights, sums in double. */
 void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch);
 
+/* ---- GEMV ----------------------------------------------------------------
+ * y[n] = sum_k W[n][k] x[k] (+ bias[n]) for n < N: the M = 1 GEMM of decoding
+ * (x W^T with nn.Linear's (N, K) weight). Single-threaded; mha__sgemm splits
+ * rows across threads (fixed blocks). Each y[n] is computed the same way
+ * whatever N and the rows around it. */
+typedef void (*mha__gemv_fn)(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw,
+                             const float *bias, float *y);
+void mha__gemv_ref(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw,
+                   const float *bias, float *y);
+#if defined(MHA_HAVE_AVX2_KERNELS)
+void mha__gemv_avx2(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw,
+                    const float *bias, float *y);
+#endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+void mha__gemv_avx512(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw,
+                      const float *bias, float *y);
+#endif
+
 /* ---- The dispatch table -------------------------------------------------
  * One table per ISA (BLIS's context pattern): the reference table holds the
  * portable kernels; each ISA's table starts as a copy of the one below it
@@ -215,6 +233,8 @@ typedef struct mha__kernels {
     /* the projection GEMM on one thread: the reference loops in the
      * reference table, the GEMM backend (gemm.c) in the others */
     mha__gemm_fn gemm;
+    /* y = W x (+ bias) on one thread */
+    mha__gemv_fn gemv;
 } mha__kernels;
 
 /* The kernels in use (the best the CPU has, capped by MHA_ISA read once at

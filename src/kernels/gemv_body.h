@@ -1,0 +1,62 @@
+/* gemv_body.h — y = W x (+ bias), the one-row GEMM of token-by-token
+ * decoding, written once on a SIMD layer and compiled per ISA
+ * (gemv_avx2.c, gemv_avx512.c); mha__gemv_ref in gemm.c is its oracle.
+ * Contract: kernels.h (mha__gemv_fn).
+ *
+ * Decoding reads every weight once per token: the kernel streams W's rows
+ * (row-major (N, K), the layout nn.Linear's weight already has) four at a
+ * time against x held in registers' reach, one vector accumulator per row,
+ * so four independent FMA chains keep the loads in flight. Each y[n] is a
+ * fixed sequence of operations (lane-wise FMAs in k order, then the lanes
+ * summed in lane order, then the tail in k order, then the bias): it does
+ * not depend on n's neighbours or on how the caller splits the rows.
+ *
+ * The including file defines GEMV (the function's name) after including a
+ * layer (simd_*.h). */
+#ifndef VW
+#error "include a SIMD layer before gemv_body.h"
+#endif
+#ifndef GEMV
+#error "define GEMV before including gemv_body.h"
+#endif
+
+#include <stdint.h>
+
+static inline float gemv_lanes_sum(vf acc) {
+    float t[VW];
+    vf_storeu(t, acc);
+    float s = t[0];
+    for (int i = 1; i < VW; i++) s += t[i];
+    return s;
+}
+
+void GEMV(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,
+          float *y) {
+    const int64_t kv = K / VW * VW;
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
+        const float *w0 = W + n * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+        vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
+        for (int64_t k = 0; k < kv; k += VW) {
+            const vf xv = vf_loadu(x + k);
+            a0 = vf_fmadd(vf_loadu(w0 + k), xv, a0);
+            a1 = vf_fmadd(vf_loadu(w1 + k), xv, a1);
+            a2 = vf_fmadd(vf_loadu(w2 + k), xv, a2);
+            a3 = vf_fmadd(vf_loadu(w3 + k), xv, a3);
+        }
+        float s[4] = {gemv_lanes_sum(a0), gemv_lanes_sum(a1), gemv_lanes_sum(a2), gemv_lanes_sum(a3)};
+        const float *w[4] = {w0, w1, w2, w3};
+        for (int r = 0; r < 4; r++) {
+            for (int64_t k = kv; k < K; k++) s[r] = __builtin_fmaf(w[r][k], x[k], s[r]);
+            y[n + r] = bias ? s[r] + bias[n + r] : s[r];
+        }
+    }
+    for (; n < N; n++) {
+        const float *w0 = W + n * ldw;
+        vf a0 = vf_zero();
+        for (int64_t k = 0; k < kv; k += VW) a0 = vf_fmadd(vf_loadu(w0 + k), vf_loadu(x + k), a0);
+        float s = gemv_lanes_sum(a0);
+        for (int64_t k = kv; k < K; k++) s = __builtin_fmaf(w0[k], x[k], s);
+        y[n] = bias ? s + bias[n] : s;
+    }
+}
