@@ -513,7 +513,7 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
     mha_module *m = NULL;
     {
         mha_st *wst = NULL;
-        cli_check(mha_st_read_file(weights, &wst), weights);
+        cli_check(mha_st_open(weights, &wst), weights);
         if (cli_st_is_gpt(wst)) {
             if (grad) cli_die("grad: %s holds a chapter 4 model, which has no backward pass yet", weights);
             const int rc = mha_cli_run_gpt(wst, weights, in, out, train, seed);

@@ -563,8 +563,19 @@ MHA_API const char *mha_st_metadata(const mha_st *st, const char *key);
 MHA_API size_t mha_st_metadata_count(const mha_st *st);
 MHA_API mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
                                const char **value);
+/* Opens a file reading only its header (validated as mha_st_read_file
+ * validates it): the tensors' data stay on disk (mha_st_tensor.data is NULL)
+ * until mha_st_read_f32 reads them, so a model loads without a second copy
+ * of its weights in memory. The file is kept open until mha_st_free. */
+MHA_API mha_status mha_st_open(const char *path, mha_st **out);
+/* A tensor of st (from mha_st_open or mha_st_read_file) as float32 into out
+ * (n == numel): read from the file when st was opened, converted from
+ * F32, F64, F16 or BF16. ERR_DTYPE for other dtypes, ERR_IO when the file
+ * cannot be read (or has shrunk). */
+MHA_API mha_status mha_st_read_f32(const mha_st *st, const mha_st_tensor *t, float *out, size_t n);
 /* Converts a tensor of dtype F32, F64, F16 or BF16 to float32 (n == numel).
- * ERR_DTYPE for other dtypes. */
+ * ERR_DTYPE for other dtypes; ERR_ARGUMENT when its data is not in memory
+ * (mha_st_open: use mha_st_read_f32). */
 MHA_API mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n);
 
 /* Writes a safetensors file: tensors in the given order, packed with no

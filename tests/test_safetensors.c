@@ -1081,6 +1081,31 @@ static void test_corpus(void) {
         mha_st *st = NULL;
         mha_status s = mha_st_read_file(path, &st);
         n++;
+        /* mha_st_open (header only, data on demand) agrees: same status,
+         * and every float tensor reads to the same values */
+        {
+            mha_st *lz = NULL;
+            const mha_status ls = mha_st_open(path, &lz);
+            CHECK(ls == s, "%s: mha_st_open gives %s, mha_st_read_file %s", f, mha_status_name(ls),
+                  mha_status_name(s));
+            for (size_t i = 0; st && lz && i < mha_st_count(st); i++) {
+                mha_st_tensor a, b;
+                mha_st_get(st, i, &a);
+                mha_st_get(lz, i, &b);
+                CHECK(b.data == NULL && !strcmp(a.name, b.name) && a.numel == b.numel, "%s: tensor %zu", f, i);
+                if (a.dtype != MHA_DTYPE_F32 && a.dtype != MHA_DTYPE_F16 && a.dtype != MHA_DTYPE_BF16 &&
+                    a.dtype != MHA_DTYPE_F64)
+                    continue;
+                float *x = malloc(a.numel * sizeof(float) + 4), *y = malloc(a.numel * sizeof(float) + 4);
+                CHECK(mha_st_tensor_to_f32(&a, x, a.numel) == MHA_OK, "%s: %s", f, a.name);
+                CHECK(mha_st_read_f32(lz, &b, y, b.numel) == MHA_OK, "%s: lazy %s: %s", f, b.name, mha_last_error());
+                CHECK(memcmp(x, y, a.numel * sizeof(float)) == 0, "%s: lazy %s differs", f, a.name);
+                if (b.numel) CHECK(mha_st_tensor_to_f32(&b, y, b.numel) == MHA_ERR_ARGUMENT, "%s: data not in memory", f);
+                free(x);
+                free(y);
+            }
+            mha_st_free(lz);
+        }
         if (!strncmp(f, "invalid_", 8)) {
             mha_status want = strstr(f, "unknown_dtype") ? MHA_ERR_DTYPE : MHA_ERR_FORMAT;
             CHECK(s == want && mha_last_error()[0], "%s: %s", f, mha_status_name(s));

@@ -51,7 +51,8 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
 /* Converts t (shape rows x cols, or cols when rows == 0) into dst, or
  * transposed ((cols, rows) into dst (rows... ) when transpose. Checks the
  * shape and finiteness; the detail names the tensor. */
-static mha_status take(const mha_st_tensor *t, float *dst, int64_t s0, int64_t s1, bool transpose, float *tmp) {
+static mha_status take(const mha_st *st, const mha_st_tensor *t, float *dst, int64_t s0, int64_t s1, bool transpose,
+                       float *tmp) {
     const int nd = s1 ? 2 : 1;
     const int64_t f0 = transpose ? s1 : s0, f1 = transpose ? s0 : s1; /* the file's shape */
     if (t->ndim != nd || t->shape[0] != f0 || (nd == 2 && t->shape[1] != f1)) {
@@ -64,11 +65,11 @@ static mha_status take(const mha_st_tensor *t, float *dst, int64_t s0, int64_t s
         return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld)", t->name, got, (long long)f0);
     }
     float *out = transpose ? tmp : dst;
-    mha_status st = mha_st_tensor_to_f32(t, out, t->numel);
-    if (st != MHA_OK) {
+    mha_status s = mha_st_read_f32(st, t, out, t->numel);
+    if (s != MHA_OK) {
         char d[200];
         snprintf(d, sizeof d, "%s", mha_last_error());
-        return mha__fail(st, "tensor '%s': %s", t->name, d);
+        return mha__fail(s, "tensor '%s': %s", t->name, d);
     }
     for (size_t i = 0; i < t->numel; i++)
         if (!isfinite(out[i]))
@@ -127,7 +128,7 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) 
         mha_param *p = &m->params[i];
         mha_st_tensor t;
         if ((s = need(st, p->name, &t)) == MHA_OK)
-            s = take(&t, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0, false, NULL);
+            s = take(st, &t, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0, false, NULL);
     }
     for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
         mha_st_tensor t;
@@ -197,8 +198,9 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
         snprintf(name, sizeof name, "lm_head.weight");
         has_head = mha_st_find(st, name, &head) == MHA_OK;
     }
-    const bool tied = !has_head || (head.dtype == wte.dtype && head.nbytes == wte.nbytes &&
-                                    memcmp(head.data, wte.data, wte.nbytes) == 0);
+    /* (with the data on disk, a present head is loaded as its own tensor) */
+    const bool tied = !has_head || (head.data && wte.data && head.dtype == wte.dtype &&
+                                    head.nbytes == wte.nbytes && memcmp(head.data, wte.data, wte.nbytes) == 0);
     mha_gpt *m = NULL;
     if ((s = mha_gpt_create(&c, tied, &m)) != MHA_OK) return s;
     const int64_t E = m->E;
@@ -207,9 +209,9 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
         mha_gpt_free(m);
         return mha__fail(MHA_ERR_NOMEM, "out of memory");
     }
-    s = take(&wte, m->tok_emb, m->V, E, false, NULL);
-    if (s == MHA_OK) s = take(&wpe, m->pos_emb, m->C, E, false, NULL);
-    if (s == MHA_OK && !tied) s = take(&head, m->head, m->V, E, false, NULL);
+    s = take(st, &wte, m->tok_emb, m->V, E, false, NULL);
+    if (s == MHA_OK) s = take(st, &wpe, m->pos_emb, m->C, E, false, NULL);
+    if (s == MHA_OK && !tied) s = take(st, &head, m->head, m->V, E, false, NULL);
     for (int64_t l = 0; l < m->L && s == MHA_OK; l++) {
         mha__gpt_block *b = &m->blocks[l];
         const struct {
@@ -227,13 +229,13 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
         };
         for (size_t k = 0; k < sizeof map / sizeof map[0] && s == MHA_OK; k++) {
             snprintf(name, sizeof name, "%sh.%lld.%s", pre, (long long)l, map[k].suffix);
-            if ((s = need(st, name, &t)) == MHA_OK) s = take(&t, map[k].dst, map[k].s0, map[k].s1, map[k].tr, tmp);
+            if ((s = need(st, name, &t)) == MHA_OK) s = take(st, &t, map[k].dst, map[k].s0, map[k].s1, map[k].tr, tmp);
         }
     }
     snprintf(name, sizeof name, "%sln_f.weight", pre);
-    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(&t, m->lnf_s, E, 0, false, NULL);
+    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(st, &t, m->lnf_s, E, 0, false, NULL);
     snprintf(name, sizeof name, "%sln_f.bias", pre);
-    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(&t, m->lnf_b, E, 0, false, NULL);
+    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(st, &t, m->lnf_b, E, 0, false, NULL);
     mha__free(tmp);
     /* nothing unexpected: the mask buffers h.N.attn.bias / masked_bias are ignored */
     const size_t pl = strlen(pre);
@@ -285,7 +287,7 @@ mha_status mha_gpt_load(const char *path, mha_gpt **out) {
     if (!path || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_load: NULL argument");
     *out = NULL;
     mha_st *st = NULL;
-    mha_status s = mha_st_read_file(path, &st);
+    mha_status s = mha_st_open(path, &st); /* the weights read straight into place */
     if (s != MHA_OK) return s;
     s = mha_gpt_from_st(st, out);
     mha_st_free(st);

@@ -345,7 +345,7 @@ mha_status mha_module_from_st(const mha_st *st, mha_module **out) {
                               got, want);
                 break;
             }
-            s = mha_st_tensor_to_f32(&t, p.data, p.numel);
+            s = mha_st_read_f32(st, &t, p.data, p.numel);
             matched++;
         } else if (is_mask_name(&c, t.name)) {
             int64_t ms[2] = {c.context_length, c.context_length};
@@ -386,7 +386,7 @@ mha_status mha_module_load(const char *path, mha_module **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_module_load: out is NULL");
     *out = NULL;
     mha_st *st = NULL;
-    mha_status s = mha_st_read_file(path, &st);
+    mha_status s = mha_st_open(path, &st);
     if (s != MHA_OK) return s;
     s = mha_module_from_st(st, out);
     mha_st_free(st);

@@ -100,8 +100,9 @@ typedef struct {
 } st_entry;
 
 struct mha_st {
-    unsigned char *buf; /* the whole file */
-    size_t len;
+    unsigned char *buf; /* the whole file, or its header only (fd >= 0) */
+    size_t len;         /* the file's length */
+    int fd;             /* mha_st_open: the open file (data read on demand); else -1 */
     size_t data_start;  /* 8 + header length */
     st_entry *entries;  /* sorted by (begin, end, order) */
     size_t n;
@@ -123,6 +124,7 @@ void mha_st_free(mha_st *st) {
     free(st->meta_keys);
     free(st->meta_values);
     free(st->buf);
+    if (st->fd >= 0) close(st->fd);
     free(st);
 }
 
@@ -486,11 +488,15 @@ static mha_status parse_json(mha_st *st, const cJSON *root, size_t data_size) {
     return MHA_OK;
 }
 
-/* Takes ownership of buf (malloc'd, len bytes) in every case. */
-static mha_status parse_owned(unsigned char *buf, size_t len, mha_st **out) {
+/* Takes ownership of buf (malloc'd) in every case. buf holds the first
+ * `have` bytes of a file of len bytes: all of them, or (mha_st_open) at least
+ * the length prefix and the header; fd is then the open file (else -1),
+ * also owned. */
+static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int fd, mha_st **out) {
     *out = NULL;
-    if (len < 8) {
+    if (len < 8 || have < 8) {
         free(buf);
+        if (fd >= 0) close(fd);
         return mha__fail(MHA_ERR_FORMAT, "file of %zu bytes is shorter than the 8-byte "
                          "header length", len);
     }
@@ -505,8 +511,11 @@ static mha_status parse_owned(unsigned char *buf, size_t len, mha_st **out) {
     else if (hlen64 > len - 8)
         s = mha__fail(MHA_ERR_FORMAT, "header length %" PRIu64 " exceeds the %zu bytes "
                       "after the length prefix", hlen64, len - 8);
+    else if (hlen64 > have - 8)
+        s = mha__fail(MHA_ERR_ARGUMENT, "the header was not read in full");
     if (s != MHA_OK) {
         free(buf);
+        if (fd >= 0) close(fd);
         return s;
     }
     size_t hlen = (size_t)hlen64;
@@ -515,8 +524,10 @@ static mha_status parse_owned(unsigned char *buf, size_t len, mha_st **out) {
     mha_st *st = calloc(1, sizeof *st);
     if (!st) {
         free(buf);
+        if (fd >= 0) close(fd);
         return mha__fail(MHA_ERR_NOMEM, "out of memory");
     }
+    st->fd = fd;
     st->buf = buf;
     st->len = len;
     st->data_start = 8 + hlen;
@@ -577,13 +588,12 @@ mha_status mha_st_parse(const void *buf, size_t len, mha_st **out) {
     unsigned char *copy = malloc(len ? len : 1);
     if (!copy) return mha__fail(MHA_ERR_NOMEM, "out of memory copying %zu bytes", len);
     if (len) memcpy(copy, buf, len);
-    return parse_owned(copy, len, out);
+    return parse_owned(copy, len, len, -1, out);
 }
 
-mha_status mha_st_read_file(const char *path, mha_st **out) {
-    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_file: out is NULL");
-    *out = NULL;
-    if (!path) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_file: path is NULL");
+/* Opens a regular file for reading (a FIFO or device is refused, never
+ * waited on); *size its length. */
+static mha_status open_regular(const char *path, int *fd_out, size_t *size) {
     /* O_NONBLOCK: opening a FIFO must not hang; cleared once the file is
      * known to be a regular one */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -599,17 +609,81 @@ mha_status mha_st_read_file(const char *path, mha_st **out) {
         close(fd);
         return mha__fail(MHA_ERR_IO, "'%s' is not a regular file", path);
     }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > SIZE_MAX - 1) {
+        close(fd);
+        return mha__fail(MHA_ERR_IO, "'%s' is too large", path);
+    }
+    *fd_out = fd;
+    *size = (size_t)sb.st_size;
+    return MHA_OK;
+}
+
+/* pread of n bytes at off, all of them (ERR_IO otherwise). */
+static mha_status read_at(int fd, void *dst, size_t n, size_t off) {
+    unsigned char *p = dst;
+    while (n > 0) {
+        const ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return mha__fail(MHA_ERR_IO, "%s", got < 0 ? strerror(errno) : "the file is shorter than its header says");
+        p += got, off += (size_t)got, n -= (size_t)got;
+    }
+    return MHA_OK;
+}
+
+mha_status mha_st_open(const char *path, mha_st **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_open: out is NULL");
+    *out = NULL;
+    if (!path) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_open: path is NULL");
+    int fd;
+    size_t size;
+    mha_status s = open_regular(path, &fd, &size);
+    if (s != MHA_OK) return s;
+    /* the length prefix, then as much of the header as it announces (within
+     * the limits the parser enforces) */
+    unsigned char pre[8] = {0};
+    const size_t n8 = size < 8 ? size : 8;
+    if ((s = read_at(fd, pre, n8, 0)) != MHA_OK) {
+        close(fd);
+        return mha__fail(MHA_ERR_IO, "cannot read '%s'", path);
+    }
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | pre[i];
+    size_t have = n8;
+    if (size >= 8 && hlen > 0 && hlen <= ST_MAX_HEADER && hlen <= size - 8) have = 8 + (size_t)hlen;
+    unsigned char *buf = malloc(have);
+    if (!buf) {
+        close(fd);
+        return mha__fail(MHA_ERR_NOMEM, "out of memory reading the header of '%s'", path);
+    }
+    memcpy(buf, pre, n8);
+    if (have > 8 && (s = read_at(fd, buf + 8, have - 8, 8)) != MHA_OK) {
+        free(buf);
+        close(fd);
+        return mha__fail(MHA_ERR_IO, "cannot read '%s'", path);
+    }
+    s = parse_owned(buf, size, have, fd, out);
+    if (s != MHA_OK) {
+        char detail[400];
+        snprintf(detail, sizeof detail, "%s", mha_last_error());
+        return mha__fail(s, "%s: %s", path, detail);
+    }
+    return MHA_OK;
+}
+
+mha_status mha_st_read_file(const char *path, mha_st **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_file: out is NULL");
+    *out = NULL;
+    if (!path) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_file: path is NULL");
+    int fd;
+    size_t size;
+    mha_status os = open_regular(path, &fd, &size);
+    if (os != MHA_OK) return os;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         int e = errno;
         close(fd);
         return mha__fail(MHA_ERR_IO, "cannot open '%s': %s", path, strerror(e));
     }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > SIZE_MAX - 1) {
-        fclose(f);
-        return mha__fail(MHA_ERR_IO, "'%s' is too large", path);
-    }
-    size_t size = (size_t)sb.st_size;
     unsigned char *buf = malloc(size ? size : 1);
     if (!buf) {
         fclose(f);
@@ -626,7 +700,7 @@ mha_status mha_st_read_file(const char *path, mha_st **out) {
         return mha__fail(MHA_ERR_IO, "cannot read '%s'%s", path,
                          err ? ": read error" : ": size changed while reading");
     }
-    mha_status s = parse_owned(buf, size, out);
+    mha_status s = parse_owned(buf, size, size, -1, out);
     if (s != MHA_OK) {
         char detail[400];
         snprintf(detail, sizeof detail, "%s", mha_last_error());
@@ -648,7 +722,7 @@ static void fill_tensor(const mha_st *st, const st_entry *e, mha_st_tensor *out)
     memset(out->shape, 0, sizeof out->shape);
     for (int d = 0; d < e->ndim; d++) out->shape[d] = e->shape[d];
     out->numel = e->numel;
-    out->data = st->buf + st->data_start + e->begin;
+    out->data = st->fd >= 0 ? NULL : st->buf + st->data_start + e->begin;
     out->nbytes = e->end - e->begin;
 }
 
@@ -721,31 +795,10 @@ static float half_to_float(uint16_t h) {
     return f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n) {
-    if (!t || (!out && n > 0))
-        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_tensor_to_f32: NULL argument");
-    if (n != t->numel)
-        return mha__fail(MHA_ERR_ARGUMENT,
-                         "tensor '%s' has %zu elements, output holds %zu",
-                         t->name ? t->name : "", t->numel, n);
-    size_t es;
-    switch (t->dtype) {
-    case MHA_DTYPE_F32: es = 4; break;
-    case MHA_DTYPE_F64: es = 8; break;
-    case MHA_DTYPE_F16:
-    case MHA_DTYPE_BF16: es = 2; break;
-    default:
-        return mha__fail(MHA_ERR_DTYPE, "tensor '%s': cannot convert dtype %s to F32",
-                         t->name ? t->name : "",
-                         mha_dtype_name(t->dtype) ? mha_dtype_name(t->dtype) : "?");
-    }
-    size_t need;
-    if (!mha__mul_size(n, es, &need) || need != t->nbytes || (!t->data && n > 0))
-        return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s': %zu bytes do not hold %zu %s",
-                         t->name ? t->name : "", t->nbytes, n, mha_dtype_name(t->dtype));
-    const unsigned char *p = t->data;
+/* n elements of a float dtype (element size es) at p, to float32. */
+static void convert(mha_dtype dtype, size_t es, const unsigned char *p, float *out, size_t n) {
     for (size_t i = 0; i < n; i++, p += es) {
-        switch (t->dtype) {
+        switch (dtype) {
         case MHA_DTYPE_F32:
             out[i] = f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 |
                                    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
@@ -766,6 +819,69 @@ mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n) {
             break;
         }
     }
+}
+
+/* The element size of a dtype mha converts to float32, or 0 (detail set). */
+static size_t float_dtype_size(const mha_st_tensor *t) {
+    switch (t->dtype) {
+    case MHA_DTYPE_F32: return 4;
+    case MHA_DTYPE_F64: return 8;
+    case MHA_DTYPE_F16:
+    case MHA_DTYPE_BF16: return 2;
+    default:
+        mha__fail(MHA_ERR_DTYPE, "tensor '%s': cannot convert dtype %s to F32", t->name ? t->name : "",
+                  mha_dtype_name(t->dtype) ? mha_dtype_name(t->dtype) : "?");
+        return 0;
+    }
+}
+
+mha_status mha_st_read_f32(const mha_st *st, const mha_st_tensor *t, float *out, size_t n) {
+    if (!st || !t || (!out && n > 0)) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_f32: NULL argument");
+    if (st->fd < 0) return mha_st_tensor_to_f32(t, out, n);
+    if (n != t->numel)
+        return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s' has %zu elements, output holds %zu", t->name, t->numel, n);
+    const size_t es = float_dtype_size(t);
+    if (es == 0) return MHA_ERR_DTYPE;
+    const st_entry *e = NULL;
+    for (size_t i = 0; i < st->n && !e; i++)
+        if (!strcmp(st->entries[i].name, t->name)) e = &st->entries[i];
+    if (!e || e->end - e->begin != t->nbytes || t->nbytes != n * es)
+        return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s' is not one of this file's", t->name);
+    /* F32 (little-endian hosts) straight into out; others through a bounded buffer */
+    const size_t off = st->data_start + e->begin;
+    if (t->dtype == MHA_DTYPE_F32 && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+        mha_status s = read_at(st->fd, out, t->nbytes, off);
+        return s == MHA_OK ? MHA_OK : mha__fail(s, "tensor '%s': %s", t->name, "cannot read its data");
+    }
+    const size_t chunk = (size_t)1 << 20; /* elements */
+    unsigned char *tmp = malloc((n < chunk ? n : chunk) * es + 1);
+    if (!tmp) return mha__fail(MHA_ERR_NOMEM, "out of memory reading tensor '%s'", t->name);
+    for (size_t i = 0; i < n; i += chunk) {
+        const size_t m = n - i < chunk ? n - i : chunk;
+        if (read_at(st->fd, tmp, m * es, off + i * es) != MHA_OK) {
+            free(tmp);
+            return mha__fail(MHA_ERR_IO, "tensor '%s': cannot read its data", t->name);
+        }
+        convert(t->dtype, es, tmp, out + i, m);
+    }
+    free(tmp);
+    return MHA_OK;
+}
+
+mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n) {
+    if (!t || (!out && n > 0))
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_st_tensor_to_f32: NULL argument");
+    if (n != t->numel)
+        return mha__fail(MHA_ERR_ARGUMENT,
+                         "tensor '%s' has %zu elements, output holds %zu",
+                         t->name ? t->name : "", t->numel, n);
+    const size_t es = float_dtype_size(t);
+    if (es == 0) return MHA_ERR_DTYPE;
+    size_t need;
+    if (!mha__mul_size(n, es, &need) || need != t->nbytes || (!t->data && n > 0))
+        return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s': %zu bytes do not hold %zu %s",
+                         t->name ? t->name : "", t->nbytes, n, mha_dtype_name(t->dtype));
+    convert(t->dtype, es, t->data, out, n);
     return MHA_OK;
 }
 
