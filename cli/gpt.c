@@ -108,8 +108,7 @@ int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, cons
         if (T > c->context_length)
             cli_die("%s: %lld tokens exceed context_length %lld", in, (long long)T, (long long)c->context_length);
         if ((uint64_t)B * (uint64_t)T > ((uint64_t)1 << 40) / (uint64_t)V) cli_die("%s: logits would be too large", in);
-        int32_t *idx = cli_malloc(t.numel * sizeof(int32_t));
-        for (size_t i = 0; i < t.numel; i++) {
+        for (size_t i = 0; i < t.numel; i++) { /* checked before anything is allocated */
             int64_t v;
             if (t.dtype == MHA_DTYPE_I64) memcpy(&v, (const char *)t.data + 8 * i, 8);
             else {
@@ -120,6 +119,16 @@ int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, cons
             if (v < 0 || v >= V)
                 cli_die("%s: idx holds %lld at (%zu, %zu), outside the vocabulary [0, %lld)", in, (long long)v,
                         i / (size_t)T, i % (size_t)T, (long long)V);
+        }
+        int32_t *idx = cli_malloc(t.numel * sizeof(int32_t));
+        for (size_t i = 0; i < t.numel; i++) {
+            int64_t v;
+            if (t.dtype == MHA_DTYPE_I64) memcpy(&v, (const char *)t.data + 8 * i, 8);
+            else {
+                int32_t v32;
+                memcpy(&v32, (const char *)t.data + 4 * i, 4);
+                v = v32;
+            }
             idx[i] = (int32_t)v;
         }
         float *logits = cli_malloc((size_t)(B * T * V) * sizeof(float));
@@ -157,8 +166,12 @@ int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n) {
     if (!s || !*s) cli_die("%s needs a comma-separated list of token ids", opt);
     int64_t cap = 1;
     for (const char *p = s; *p; p++) cap += *p == ',';
-    int32_t *ids = cli_malloc((size_t)cap * sizeof(int32_t));
+    /* two passes: the first only checks (nothing allocated when it dies) */
+    int32_t *ids = NULL;
     int64_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+    if (pass) ids = cli_malloc((size_t)cap * sizeof(int32_t));
+    k = 0;
     const char *p = s;
     for (;;) {
         const char *q = p;
@@ -171,9 +184,11 @@ int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n) {
         if (q == p || (*q && *q != ','))
             cli_die("%s: '%s' is not a comma-separated list of token ids (at character %lld)", opt, s,
                     (long long)(q - s + 1));
-        ids[k++] = (int32_t)v;
+        if (pass) ids[k] = (int32_t)v;
+        k++;
         if (!*q) break;
         p = q + 1;
+    }
     }
     *n = k;
     return ids;

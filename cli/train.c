@@ -148,28 +148,43 @@ static void save_state(const char *dir, const task_cfg *c, const float *losses, 
 }
 
 /* Reads train.safetensors: the task settings must match c (those given on
- * the command line); returns the step reached and fills losses. */
-static int64_t load_state(const char *dir, task_cfg *c, float *losses) {
-    char *p = path_in(dir, "train.safetensors");
+ * the command line); returns the step reached and, when losses is not NULL,
+ * fills it. A problem frees what it read before it dies, so a refused resume
+ * leaves nothing behind (check with losses == NULL before allocating). */
+static int64_t load_state(const char *dir, const task_cfg *c, float *losses) {
+    char *p = path_in(dir, "train.safetensors"), msg[600] = "";
     mha_st *st = NULL;
-    cli_check(mha_st_read_file(p, &st), p);
+    if (mha_st_read_file(p, &st) != MHA_OK) {
+        snprintf(msg, sizeof msg, "%s", mha_last_error());
+        free(p);
+        cli_die("%s", msg);
+    }
+    int64_t step = -1;
     const char *s = mha_st_metadata(st, "step");
-    if (!s) cli_die("%s: no 'step' in the metadata (not a checkpoint of mha train)", p);
-    const int64_t step = cli_parse_int("step", s, 0, c->steps);
+    char *end = NULL;
+    if (s) step = strtoll(s, &end, 10);
+    if (!s || !*s || *end || step < 0)
+        snprintf(msg, sizeof msg, "%s: no step count in the metadata (not a checkpoint of mha train)", p);
+    else if (step > c->steps)
+        snprintf(msg, sizeof msg, "%s: the run is at step %lld, past --steps %lld", p, (long long)step,
+                 (long long)c->steps);
     s = mha_st_metadata(st, "seed");
-    if (!s || cli_parse_seed("seed", s) != c->seed) cli_die("%s: written with another --seed", p);
-#define CHECK_CFG(f)                                                                  \
-    s = mha_st_metadata(st, #f);                                                      \
-    if (!s || cli_parse_int(#f, s, 0, INT64_MAX) != c->f)                             \
-        cli_die("%s: written with --%s %s, not %lld", p, #f, s ? s : "?", (long long)c->f);
+    if (!*msg && (!s || strtoull(s, &end, 10) != c->seed || *end))
+        snprintf(msg, sizeof msg, "%s: written with another --seed", p);
+#define CHECK_CFG(f)                                                                             \
+    s = mha_st_metadata(st, #f);                                                                 \
+    if (!*msg && (!s || strtoll(s, &end, 10) != c->f || *end))                                   \
+        snprintf(msg, sizeof msg, "%s: written with --%s %s, not %lld", p, #f, s ? s : "?", (long long)c->f);
     CFG_KEYS(CHECK_CFG)
 #undef CHECK_CFG
     mha_st_tensor t;
-    if (mha_st_find(st, "loss", &t) != MHA_OK || t.ndim != 1 || t.shape[0] != step)
-        cli_die("%s: no loss curve of %lld steps", p, (long long)step);
-    cli_check(mha_st_tensor_to_f32(&t, losses, (size_t)step), p);
+    if (!*msg && (mha_st_find(st, "loss", &t) != MHA_OK || t.ndim != 1 || t.shape[0] != step))
+        snprintf(msg, sizeof msg, "%s: no loss curve of %lld steps", p, (long long)step);
+    if (!*msg && losses && mha_st_tensor_to_f32(&t, losses, (size_t)step) != MHA_OK)
+        snprintf(msg, sizeof msg, "%s: %s", p, mha_last_error());
     mha_st_free(st);
     free(p);
+    if (*msg) cli_die("%s", msg);
     return step;
 }
 
@@ -317,6 +332,7 @@ int mha_cli_train(int argc, char **argv) {
     if (c.emb % c.heads) cli_die("train: --emb-dim (%lld) must be divisible by --num-heads (%lld)", (long long)c.emb, (long long)c.heads);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) cli_die("%s: cannot create: %s", dir, strerror(errno));
 
+    if (resume) (void)load_state(dir, &c, NULL); /* refused before anything is allocated */
     task k;
     task_init(&k, &c);
     float *losses = cli_malloc((size_t)c.steps * sizeof(float));
