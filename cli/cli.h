@@ -22,5 +22,12 @@ double cli_parse_prob(const char *opt, const char *s);
 
 int mha_cli_bench(int argc, char **argv);
 int mha_cli_train(int argc, char **argv);
+int mha_cli_tokenize(int argc, char **argv);
+
+/* GPT-2's tokenizer from vocab_dir (--vocab) when not NULL, else from
+ * $MHA_TOKENIZER_DIR when set, else the first of the source tree's data/gpt2
+ * and the install prefix's share/mha/gpt2 that holds encoder.json; dies
+ * naming what it tried, or why the files did not load. */
+mha_tokenizer *cli_load_tokenizer(const char *vocab_dir);
 
 #endif

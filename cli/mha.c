@@ -598,6 +598,7 @@ static void usage(FILE *f) {
             "  init    PyTorch's initial parameters for a seed, as safetensors\n"
             "  run     run a saved module on an input tensor\n"
             "  train   train an attention layer on a small task, with pictures of what it learned\n"
+            "  tokenize  GPT-2's tokenizer: text to token ids (--decode: ids to text)\n"
             "  bench   time a module's forward pass (--backward: a training step)\n\n"
             "mha COMMAND --help shows a command's options; mha --version the version.\n");
 }
@@ -621,5 +622,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "grad") == 0) return cmd_run_or_grad(argc, argv, true);
     if (strcmp(cmd, "bench") == 0) return mha_cli_bench(argc, argv);
     if (strcmp(cmd, "train") == 0) return mha_cli_train(argc, argv);
+    if (strcmp(cmd, "tokenize") == 0) return mha_cli_tokenize(argc, argv);
     cli_die("unknown command '%s' (try mha --help)", cmd);
 }
