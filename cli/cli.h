@@ -6,6 +6,7 @@
 #include "mha.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* "mha: error: <message>" on stderr, exit(1). */
@@ -22,6 +23,18 @@ double cli_parse_prob(const char *opt, const char *s);
 
 int mha_cli_bench(int argc, char **argv);
 int mha_cli_train(int argc, char **argv);
+int mha_cli_tokenize(int argc, char **argv);
+
+/* GPT-2's tokenizer from vocab_dir (--vocab) when not NULL, else from
+ * $MHA_TOKENIZER_DIR when set, else the first of the source tree's data/gpt2
+ * and the install prefix's share/mha/gpt2 that holds encoder.json; dies
+ * naming what it tried, or why the files did not load. */
+mha_tokenizer *cli_load_tokenizer(const char *vocab_dir);
+/* The same search, NULL (no error) when the files are not found. */
+mha_tokenizer *cli_try_tokenizer(const char *vocab_dir);
+/* The bytes as a JSON string (ill-formed UTF-8 as U+FFFD, as TextDecoder
+ * reads it), then a newline. */
+void cli_put_json_text(FILE *f, const unsigned char *s, size_t len);
 
 /* Chapter 4 (cli/gpt.c) */
 #include <stdbool.h>

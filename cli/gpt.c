@@ -194,22 +194,54 @@ int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n) {
     return ids;
 }
 
+/* Streaming output: each new token's text as it comes (a character cut
+ * between tokens waits for its last bytes), or its id without a tokenizer. */
 typedef struct {
     bool quiet;
+    const mha_tokenizer *tok;
+    char pending[64];
+    size_t np;
     int64_t count;
 } stream_state;
 
-static void stream_id(void *user, int32_t id) {
-    stream_state *s = user;
-    if (!s->quiet) {
+static void stream_bytes(stream_state *s, const char *b, size_t n, bool flush) {
+    for (size_t i = 0; i < n; i++) {
+        if (s->np == sizeof s->pending) { /* never with GPT-2's tokens: flush anyway */
+            fwrite(s->pending, 1, s->np, stdout);
+            s->np = 0;
+        }
+        s->pending[s->np++] = b[i];
+        const size_t ok = mha_utf8_complete(s->pending, s->np);
+        fwrite(s->pending, 1, ok, stdout);
+        memmove(s->pending, s->pending + ok, s->np - ok);
+        s->np -= ok;
+    }
+    if (flush) {
+        fwrite(s->pending, 1, s->np, stdout);
+        s->np = 0;
+    }
+    fflush(stdout);
+}
+
+static void stream_token(stream_state *s, int32_t id) {
+    const char *b;
+    size_t n;
+    if (s->tok && mha_tokenizer_token(s->tok, id, &b, &n) == MHA_OK) {
+        stream_bytes(s, b, n, false);
+    } else {
         printf("%s%d", s->count ? "," : "", id);
         fflush(stdout);
     }
+}
+
+static void stream_id(void *user, int32_t id) {
+    stream_state *s = user;
+    if (!s->quiet) stream_token(s, id);
     s->count++;
 }
 
 int mha_cli_generate(int argc, char **argv) {
-    const char *weights = NULL, *ids_s = NULL, *prompt = NULL;
+    const char *weights = NULL, *ids_s = NULL, *prompt = NULL, *vocab = NULL;
     mha_generate_opts o;
     mha_generate_opts_init(&o);
     bool json = false, have_seed = false;
@@ -247,6 +279,9 @@ int mha_cli_generate(int argc, char **argv) {
             o.seed = cli_parse_seed(a, v), have_seed = true, i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--vocab")) {
+            if (!v) cli_die("--vocab needs a directory");
+            vocab = v, i++;
         } else if (!strcmp(a, "--threads")) {
             cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
         } else if (a[0] == '-') {
@@ -261,9 +296,23 @@ int mha_cli_generate(int argc, char **argv) {
     if (!ids_s && !prompt) cli_die("generate: give --prompt TEXT or --ids LIST");
     if (ids_s && prompt) cli_die("generate: give --prompt or --ids, not both");
     if (have_seed && o.temperature == 0.0) cli_die("generate: --seed only applies with --temperature > 0");
-    if (prompt) cli_die("generate: --prompt needs the tokenizer, which this build lacks; use --ids");
+    if (prompt && !*prompt) cli_die("generate: --prompt is empty");
+    /* the tokenizer: required for --prompt; for --ids, text output when it loads */
+    mha_tokenizer *tok = NULL;
+    if (prompt || vocab) tok = cli_load_tokenizer(vocab);
+    else tok = cli_try_tokenizer(NULL); /* --ids: ids are printed when there is none */
     int64_t n_prompt = 0;
-    int32_t *ids = cli_parse_ids("--ids", ids_s, &n_prompt);
+    int32_t *ids = NULL;
+    if (prompt) {
+        size_t n = 0;
+        const mha_status es = mha_tokenizer_encode(tok, prompt, strlen(prompt), NULL, 0, &n);
+        if (es != MHA_OK && es != MHA_ERR_WORKSPACE) cli_check(es, "--prompt");
+        ids = cli_malloc((n ? n : 1) * sizeof(int32_t));
+        cli_check(mha_tokenizer_encode(tok, prompt, strlen(prompt), ids, n, &n), "--prompt");
+        n_prompt = (int64_t)n;
+    } else {
+        ids = cli_parse_ids("--ids", ids_s, &n_prompt);
+    }
     mha_gpt *m = NULL;
     cli_check(mha_gpt_load(weights, &m), weights);
     const mha_gpt_config *c = mha_gpt_get_config(m);
@@ -273,19 +322,48 @@ int mha_cli_generate(int argc, char **argv) {
             cli_die("--ids: id %d is outside the vocabulary [0, %lld)", ids[i], (long long)c->vocab_size);
     int32_t *out = cli_malloc((size_t)(n_prompt + o.max_new_tokens) * sizeof(int32_t));
     int64_t n = 0;
-    stream_state ss = {.quiet = json, .count = 0};
+    stream_state ss = {.quiet = json, .tok = tok, .count = 0};
+    if (!json) /* the prompt, then each new token as it comes */
+        for (int64_t i = 0; i < n_prompt; i++) stream_token(&ss, ids[i]);
+    ss.count = 0;
     const double t0 = now_s();
     cli_check(mha_gpt_generate(m, out, &n, ids, n_prompt, &o, stream_id, &ss), "generate");
     const double dt = now_s() - t0;
     if (!json) {
+        if (tok) stream_bytes(&ss, "", 0, true);
         printf("\n");
         fprintf(stderr, "%lld new tokens in %.2f s (%.1f tokens/s)\n", (long long)(n - n_prompt), dt,
                 (double)(n - n_prompt) / dt);
     } else {
         printf("{\"ids\": [");
         for (int64_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", out[i]);
-        printf("], \"text\": null, \"tokens_per_s\": %.3f}\n", (double)(n - n_prompt) / dt);
+        printf("], \"text\": ");
+        size_t len = 0;
+        char *text = NULL;
+        if (tok && mha_tokenizer_decode(tok, out, (size_t)n, NULL, 0, &len) == MHA_ERR_WORKSPACE) {
+            text = cli_malloc(len + 1);
+            if (mha_tokenizer_decode(tok, out, (size_t)n, text, len, &len) != MHA_OK) {
+                free(text);
+                text = NULL;
+            }
+        }
+        if (text) {
+            /* the string without its newline: the line goes on */
+            FILE *mem = tmpfile();
+            if (mem) {
+                cli_put_json_text(mem, (const unsigned char *)text, len);
+                const long sz = ftell(mem);
+                rewind(mem);
+                for (long i = 0; i + 1 < sz; i++) putchar(fgetc(mem));
+                fclose(mem);
+            }
+            free(text);
+        } else {
+            printf("null");
+        }
+        printf(", \"tokens_per_s\": %.3f}\n", (double)(n - n_prompt) / dt);
     }
+    mha_tokenizer_free(tok);
     free(ids);
     free(out);
     mha_gpt_free(m);

@@ -613,6 +613,7 @@ static void usage(FILE *f) {
             "  run     run a saved module on an input tensor\n"
             "  train   train an attention layer on a small task, with pictures of what it learned\n"
             "  generate  continue a prompt with a GPTModel (the book's or Hugging Face GPT-2 weights)\n"
+            "  tokenize  GPT-2's tokenizer: text to token ids (--decode: ids to text)\n"
             "  bench   time a module's forward pass (--backward: a training step)\n\n"
             "mha COMMAND --help shows a command's options; mha --version the version.\n");
 }
@@ -638,5 +639,6 @@ int main(int argc, char **argv) {
         return argc > 2 && strcmp(argv[2], "GPTModel") == 0 ? mha_cli_bench_gpt(argc, argv) : mha_cli_bench(argc, argv);
     if (strcmp(cmd, "train") == 0) return mha_cli_train(argc, argv);
     if (strcmp(cmd, "generate") == 0) return mha_cli_generate(argc, argv);
+    if (strcmp(cmd, "tokenize") == 0) return mha_cli_tokenize(argc, argv);
     cli_die("unknown command '%s' (try mha --help)", cmd);
 }

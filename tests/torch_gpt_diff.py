@@ -252,11 +252,15 @@ def check_124m(binary, tmp):
         fail("GPT_CONFIG_124M has %d parameters, want 163,009,536" % n)
     want = [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267, 49706, 43231, 47062, 34657]
     import json
-    for flags in ([], ["--no-kv-cache"]):
-        rc, out, err = run([binary, "generate", f, "--ids", "15496,11,314,716", "--max-new-tokens", 10, "--json"] + flags)
-        got = json.loads(out.strip().splitlines()[-1])["ids"] if rc == 0 else None
-        if got != want:
-            fail("seed 123 %s: got %s, want %s (%s)" % (flags, got, want, err.strip()))
+    text = "Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
+    for flags in (["--ids", "15496,11,314,716"], ["--prompt", "Hello, I am", "--no-kv-cache"]):
+        rc, out, err = run([binary, "generate", f, "--max-new-tokens", 10, "--json"] + flags)
+        res = json.loads(out.strip().splitlines()[-1]) if rc == 0 else {}
+        if res.get("ids") != want or res.get("text") != text:
+            fail("seed 123 %s: got %s, want %s and %r (%s)" % (flags, res, want, text, err.strip()))
+    rc, out, err = run([binary, "generate", f, "--prompt", "Hello, I am", "--max-new-tokens", 10])
+    if rc != 0 or out.strip() != text:
+        fail("seed 123 streamed text: %r (%s)" % (out, err.strip()))
     os.remove(f)
 
 
