@@ -181,6 +181,21 @@ size_t mha__attn_bwd_ref_scratch(int64_t T, int64_t HD);
 /* Reference: plain loops through the weights, sums in double. */
 void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch);
 
+#if defined(MHA_HAVE_AVX2_KERNELS)
+size_t mha__attn_bwd_avx2_scratch(int64_t T, int64_t HD);
+/* Fused FlashAttention-2-style kernel (attn_bwd_body.h): key tiles outer,
+ * S and P recomputed per (key tile, query panel), no T x T buffer; the
+ * scratch does not depend on T. BITMASK and PHILOX dropout. */
+void mha__attn_bwd_avx2(const mha__attn_bwd_args *a, float *scratch);
+#endif
+
+#if defined(MHA_HAVE_AVX512_KERNELS)
+size_t mha__attn_bwd_avx512_scratch(int64_t T, int64_t HD);
+/* mha__attn_bwd_avx2's contract and design on AVX-512 (F/BW/DQ/VL). Call
+ * only where the CPU has AVX-512 (the dispatch table). */
+void mha__attn_bwd_avx512(const mha__attn_bwd_args *a, float *scratch);
+#endif
+
 /* ---- The dispatch table -------------------------------------------------
  * One table per ISA (BLIS's context pattern): the reference table holds the
  * portable kernels; each ISA's table starts as a copy of the one below it
