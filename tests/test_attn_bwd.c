@@ -9,23 +9,24 @@
  * avx2w32's bits exactly (and avx512's where it runs): that is how the
  * AVX-512 kernel is tested on CPUs without AVX-512.
  *
- *  1. vs reference: T = 1 .. 300 (tile multiples and not), HD = 1, 3, 8,
- *     17, 64, 80, causal and not, dropout NONE / BITMASK / PHILOX, key
- *     ranges [k_begin, k_end) anywhere (whole, aligned, odd, one key), dQ
- *     accumulated onto zero or onto random values; the row statistics
- *     (m, log l) from the forward reference, delta = rowsum(dO * O). Tolerance: each of dQ (its
- *     increment), dK and dV within 2e-5 * max|gradient| (all three).
- *     Also: dK and dV rows outside the key range, dQ rows before k_begin
- *     (causal) and the padding columns are never written.
+ *  1. vs reference: T = 1 .. 300 (tile multiples and not) and 700 (several
+ *     key tiles), HD = 1, 3, 5, 8, 16, 17, 64, 80, causal and not, dropout
+ *     NONE / BITMASK / PHILOX, key ranges [k_begin, k_end) anywhere (whole,
+ *     aligned, odd, across tiles, one key), dQ accumulated onto zero or onto
+ *     random values; the row statistics (m, log l) from the forward
+ *     reference, delta = rowsum(dO * O). Tolerance: dQ (its increment), dK
+ *     and dV within TOL * max|gradient| (all three). Also: dK and dV rows
+ *     outside the key range, dQ rows before k_begin (causal) and the
+ *     padding columns are never written.
  *  2. Row layouts: GPT-2's packed qkv (ld = 2304, HD = 64, head 5 of 12),
  *     the wrapper's (head_stride 3*HD), a 2^k-ish stride whose key tiles
  *     the kernel copies (ld = 1024), against the reference.
  *  3. Determinism: a repeated call gives the same bits; the same head laid
  *     out with other row strides gives the same bits; dK and dV do not
  *     depend on how the keys are split into calls, and neither does dQ
- *     when the splits fall on key tiles (multiples of 128); causal: rows
- *     before k_begin (Q, dO, stats, delta) and keys outside the range (K, V)
- *     are never read (poisoned with NaN).
+ *     when the splits fall on key tiles (multiples of KEY_TILE); causal:
+ *     rows before k_begin (Q, dO, stats, delta) and keys outside the range
+ *     (K, V) are never read (poisoned with NaN).
  * Exits non-zero on any failure. */
 #include "test_util.h"
 #include "kernels/kernels.h"
@@ -41,6 +42,9 @@
 #include <string.h>
 
 #define TOL 2e-5
+/* A multiple of every kernel's key tile (ATTN_BWD_KB, attn_tunables.h):
+ * splitting the keys there leaves dQ's bits alone. */
+#define KEY_TILE 256
 #define SENTINEL 12345.0f
 
 typedef struct {
@@ -381,9 +385,13 @@ static void check_determinism(const bwd_kernel *f, int64_t T, int64_t HD, bool c
     }
 
     /* keys split into calls: dK, dV always the same bits; dQ too when the
-     * splits fall on multiples of 128 (key tiles of every kernel here) */
-    static const int64_t splits[][3] = {{37, 100, 101}, {1, 2, 64}, {128, 256, 256},
-                                        {128, 128, 128}, {5, 200, 263}};
+     * splits fall on key tiles */
+    static const int64_t splits[][3] = {{37, 100, 101},
+                                        {1, 2, 64},
+                                        {KEY_TILE, 2 * KEY_TILE, 2 * KEY_TILE},
+                                        {KEY_TILE, KEY_TILE, KEY_TILE},
+                                        {5, 200, 263},
+                                        {255, 257, 511}};
     for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
         grads_init(&g2, T, dq0);
         int64_t k0 = 0;
@@ -395,8 +403,8 @@ static void check_determinism(const bwd_kernel *f, int64_t T, int64_t HD, bool c
             run(f->fn, f->scratch, &a);
             k0 = k1;
         }
-        const bool tiles = splits[s][0] % 128 == 0 && splits[s][1] % 128 == 0 &&
-                           splits[s][2] % 128 == 0;
+        const bool tiles = splits[s][0] % KEY_TILE == 0 && splits[s][1] % KEY_TILE == 0 &&
+                           splits[s][2] % KEY_TILE == 0;
         int nkv = 0, nq = 0;
         for (int64_t i = 0; i < T; i++) {
             const size_t o = (size_t)(i * g1.ldg), sz = sizeof(float) * (size_t)HD;
@@ -520,6 +528,13 @@ int main(void) {
         for (int c = 0; c < 2; c++)
             check_case(200, r % 2 ? 17 : 8, 1, c == 1, (mha__drop_mode)(r % 3 == 0 ? 0 : r % 3 + 1),
                        0.25, ranges[r][0], ranges[r][1], 2.0f, true);
+    /* several key tiles, ranges across their boundaries */
+    static const int64_t long_ranges[][2] = {
+        {0, 700}, {250, 520}, {256, 512}, {1, 699}, {511, 513}};
+    for (size_t r = 0; r < sizeof long_ranges / sizeof long_ranges[0]; r++)
+        for (int c = 0; c < 2; c++)
+            check_case(700, r % 2 ? 5 : 16, 2, c == 1, (mha__drop_mode)(r % 3 == 0 ? 0 : r % 3 + 1),
+                       0.25, long_ranges[r][0], long_ranges[r][1], 1.0f, r % 2 == 0);
 
     /* 2. row layouts */
     for (int c = 0; c < 2; c++) {
@@ -545,6 +560,7 @@ int main(void) {
     /* 3. determinism */
     for (int k = 0; k < n_kern; k++) {
         check_determinism(&kern[k], 270, 64, true, MHA_DROP_NONE);
+        check_determinism(&kern[k], 530, 8, false, MHA_DROP_BITMASK);
         check_determinism(&kern[k], 150, 17, false, MHA_DROP_PHILOX);
         check_determinism(&kern[k], 131, 3, true, MHA_DROP_BITMASK);
     }

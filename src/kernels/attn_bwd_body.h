@@ -101,10 +101,10 @@ typedef struct {
 /* Lays the buffers out from base (64-byte aligned, each piece a multiple
  * of 16 floats) and returns the floats used; base NULL: only counts. */
 static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
-    const size_t sizes[13] = {hd * PW,       hd * PW,       (size_t)BKB * PW, (size_t)BKB * PW,
-                              hd * PW,       (size_t)BNP * BKB * PW,          (size_t)BNP * BKB * PW,
-                              BQB * hdp,     BQB * hdp,     BKB * hdp,        BKB * hdp,
-                              BKB * hd,      BKB * hd};
+    const size_t kp = (size_t)BKB * PW;
+    const size_t sizes[13] = {hd * PW,   hd * PW,   kp,        kp,        hd * PW,
+                              BNP * kp,  BNP * kp,  BQB * hdp, BQB * hdp, BKB * hdp,
+                              BKB * hdp, BKB * hd,  BKB * hd};
     float **slot[13] = {&b->qt, &b->dot, &b->st, &b->dpt, &b->dqt, &b->pm, &b->ds,
                         &b->qr, &b->dor, &b->dk, &b->dv,  &b->kp,  &b->vp};
     size_t off = 0;
@@ -126,15 +126,40 @@ size_t ATTN_BWD_SCRATCH(int64_t T, int64_t HD) {
 
 /* ---- packing ---------------------------------------------------------------- */
 
-/* The panel of rows p0 .. p0+nv-1 of X twice: xt[d][l] = scale * X[p0+l][d]
- * (pack_qt: padding lanes 0) and xr[l][0:HDP] = X[p0+l][0:HD], zero-padded
- * (rows l < nv only). */
+/* The panel of rows p0 .. p0+nv-1 of X twice, from one read of the rows:
+ * xt[d][l] = scale * X[p0+l][d] (as pack_qt: padding lanes 0) and
+ * xr[l][0:HDP] = X[p0+l][0:HD], zero-padded (rows l < nv only). */
 static void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD, int64_t HDP,
                        float scale, float *xt, float *xr) {
-    pack_qt(x, ld, p0, nv, HD, scale, xt);
-    for (int l = 0; l < nv; l++) {
-        memcpy(xr + l * HDP, x + (p0 + l) * ld, (size_t)HD * sizeof(float));
-        for (int64_t c = HD; c < HDP; c++) xr[l * HDP + c] = 0.0f;
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int l0 = 0; l0 < PW; l0 += 8) {
+        if (l0 >= nv) { /* padding lanes only */
+            for (int64_t d = 0; d < HD; d++) _mm256_store_ps(xt + d * PW + l0, _mm256_setzero_ps());
+            continue;
+        }
+        int64_t d = 0;
+        for (; d + 8 <= HD; d += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) {
+                if (l0 + i < nv) {
+                    const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
+                    _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
+                    r[i] = _mm256_mul_ps(row, sc);
+                } else {
+                    r[i] = _mm256_setzero_ps();
+                }
+            }
+            transpose8(r);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(xt + (d + i) * PW + l0, r[i]);
+        }
+        for (; d < HD; d++)
+            for (int i = 0; i < 8; i++) {
+                const float v = l0 + i < nv ? x[(p0 + l0 + i) * ld + d] : 0.0f;
+                if (l0 + i < nv) xr[(l0 + i) * HDP + d] = v;
+                xt[d * PW + l0 + i] = scale * v;
+            }
+        for (int i = 0; i < 8 && l0 + i < nv; i++)
+            for (int64_t c = HD; c < HDP; c++) xr[(l0 + i) * HDP + c] = 0.0f;
     }
 }
 
@@ -281,6 +306,17 @@ static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq
 
 /* ---- the kernel ---------------------------------------------------------- */
 
+/* Prefetches the Q, dO and dQ rows of the panel starting at row r: rows of
+ * a packed qkv buffer are kilobytes apart (a page each), out of reach of
+ * the hardware prefetchers, and each key tile reads them all again. Issued
+ * one panel ahead, they arrive while the current panel computes. */
+static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
+    const int64_t e = r + PW < a->T ? r + PW : a->T;
+    prefetch_rows(a->q, a->ldq, r, e, HD);
+    prefetch_rows(a->dout, a->lddo, r, e, HD);
+    prefetch_rows(a->dq, a->lddq, r, e, HD);
+}
+
 void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
     const int64_t T = a->T, HD = a->HD;
     const int64_t kb = a->k_begin > 0 ? a->k_begin : 0, ke = a->k_end < T ? a->k_end : T;
@@ -311,17 +347,21 @@ void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
             vt = B.vp;
             ldvt = HD;
         }
+        if (t0 == kb) prefetch_panel(a, a->causal ? t0 : 0, HD);
         memset(B.dk, 0, (size_t)(kn * HDP) * sizeof(float));
         memset(B.dv, 0, (size_t)(kn * HDP) * sizeof(float));
 
         for (int64_t qb = a->causal ? t0 : 0; qb < T; qb += BQB) {
             const int64_t nq = T - qb < BQB ? T - qb : BQB;
             const int np = (int)((nq + PW - 1) / PW);
-            prefetch_rows(a->q, a->ldq, qb, qb + nq, HD);
-            prefetch_rows(a->dout, a->lddo, qb, qb + nq, HD);
             for (int p = 0; p < np; p++) {
                 const int64_t p0 = qb + p * PW;
                 const int nv = (int)(T - p0 < PW ? T - p0 : PW);
+                /* the next panel's rows (after the last: the next tile's first) */
+                if (p0 + PW < T)
+                    prefetch_panel(a, p0 + PW, HD);
+                else if (t1 < ke)
+                    prefetch_panel(a, a->causal ? t1 : 0, HD);
                 const int64_t plast = p0 + nv - 1;
                 int64_t n = kn;
                 if (a->causal && plast + 1 - t0 < n) n = plast + 1 - t0; /* >= 1: p0 >= t0 */

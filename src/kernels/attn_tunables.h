@@ -36,10 +36,10 @@
 #define ATTN_CROWD MHA_ATTN_AVX2_CROWD
 /* backward (attn_bwd_body.h) */
 #ifndef MHA_ATTN_AVX2_BWD_KB
-#define MHA_ATTN_AVX2_BWD_KB 64 /* keys per tile (a multiple of 4) */
+#define MHA_ATTN_AVX2_BWD_KB 256 /* keys per tile (a multiple of 4) */
 #endif
 #ifndef MHA_ATTN_AVX2_BWD_NP
-#define MHA_ATTN_AVX2_BWD_NP 4 /* panels per q-block */
+#define MHA_ATTN_AVX2_BWD_NP 1 /* panels per q-block */
 #endif
 #ifndef MHA_ATTN_AVX2_OP_MR
 #define MHA_ATTN_AVX2_OP_MR 6 /* keys per dK/dV register tile */
@@ -82,10 +82,10 @@
 #define ATTN_CROWD MHA_ATTN_AVX512_CROWD
 /* backward (attn_bwd_body.h) */
 #ifndef MHA_ATTN_AVX512_BWD_KB
-#define MHA_ATTN_AVX512_BWD_KB 128 /* keys per tile (a multiple of 4) */
+#define MHA_ATTN_AVX512_BWD_KB 256 /* keys per tile (a multiple of 4) */
 #endif
 #ifndef MHA_ATTN_AVX512_BWD_NP
-#define MHA_ATTN_AVX512_BWD_NP 2 /* panels per q-block */
+#define MHA_ATTN_AVX512_BWD_NP 1 /* panels per q-block */
 #endif
 #ifndef MHA_ATTN_AVX512_OP_MR
 #define MHA_ATTN_AVX512_OP_MR 12 /* keys per dK/dV register tile */
