@@ -25,7 +25,8 @@
  *  3. Determinism: a repeated call gives the same bits; the same head laid
  *     out with other row strides gives the same bits; dK and dV do not
  *     depend on how the keys are split into calls, and neither does dQ
- *     when the splits fall on key tiles (multiples of KEY_TILE); causal:
+ *     when the splits fall on tile boundaries that a single call keeps
+ *     (multiples of KEY_TILE at least KEY_TILE/2 from both ends); causal:
  *     rows before k_begin (Q, dO, stats, delta) and keys outside the range
  *     (K, V) are never read (poisoned with NaN).
  * Exits non-zero on any failure. */
@@ -43,8 +44,11 @@
 #include <string.h>
 
 #define TOL 1e-5
-/* A multiple of every kernel's key tile (ATTN_BWD_KB, attn_tunables.h):
- * splitting the keys there leaves dQ's bits alone. */
+/* A multiple of every kernel's key tile (ATTN_BWD_KB, attn_tunables.h): a
+ * kernel's tile boundaries are the multiples of its tile except those
+ * closer than half a tile to the ends of the key range, so splitting the
+ * keys at multiples of KEY_TILE at least KEY_TILE/2 from 0 and T leaves
+ * dQ's bits alone. */
 #define KEY_TILE 256
 #define SENTINEL 12345.0f
 
@@ -409,8 +413,11 @@ static void check_determinism(const bwd_kernel *f, int64_t T, int64_t HD, bool c
             run(f->fn, f->scratch, &a);
             k0 = k1;
         }
-        const bool tiles = splits[s][0] % KEY_TILE == 0 && splits[s][1] % KEY_TILE == 0 &&
-                           splits[s][2] % KEY_TILE == 0;
+        bool tiles = true;
+        for (int c = 0; c < 3; c++) {
+            const int64_t b = splits[s][c] < T ? splits[s][c] : T;
+            if (b < T && (b % KEY_TILE || b < KEY_TILE / 2 || T - b < KEY_TILE / 2)) tiles = false;
+        }
         int nkv = 0, nq = 0;
         for (int64_t i = 0; i < T; i++) {
             const size_t o = (size_t)(i * g1.ldg), sz = sizeof(float) * (size_t)HD;
@@ -538,8 +545,10 @@ int main(void) {
             check_case(200, r % 2 ? 17 : 8, 1, c == 1, (mha__drop_mode)(r % 3 == 0 ? 0 : r % 3 + 1),
                        0.25, ranges[r][0], ranges[r][1], 2.0f, true);
     /* several key tiles, ranges across their boundaries */
-    static const int64_t long_ranges[][2] = {
-        {0, 700}, {250, 520}, {256, 512}, {1, 699}, {511, 513}};
+    /* (the longest tiles: [129, 639) is one 510-key tile at KB = 256, and
+     * [65, 319) one of 254 keys at KB = 128) */
+    static const int64_t long_ranges[][2] = {{0, 700},   {250, 520}, {256, 512}, {1, 699},
+                                             {511, 513}, {129, 639}, {65, 319}};
     for (size_t r = 0; r < sizeof long_ranges / sizeof long_ranges[0]; r++)
         for (int c = 0; c < 2; c++)
             check_case(700, r % 2 ? 3 : 8, 2, c == 1, (mha__drop_mode)(r % 3 == 0 ? 0 : r % 3 + 1),
@@ -568,7 +577,7 @@ int main(void) {
 
     /* 3. determinism */
     for (int k = 0; k < n_kern; k++) {
-        check_determinism(&kern[k], 270, kern[k].every > 1 ? 5 : 24, true, MHA_DROP_NONE);
+        check_determinism(&kern[k], 420, kern[k].every > 1 ? 5 : 24, true, MHA_DROP_NONE);
         check_determinism(&kern[k], 131, 3, true, MHA_DROP_BITMASK);
         if (kern[k].every > 1) continue; /* the slow emulation: its twin has the rest */
         check_determinism(&kern[k], 530, 3, false, MHA_DROP_BITMASK);

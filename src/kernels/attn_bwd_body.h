@@ -38,8 +38,12 @@
  * not depend on T.
  *
  * Loop nest per call (keys [k_begin, k_end)):
- *   for each key tile [t0, t1): boundaries at absolute multiples of KB,
- *   clipped to the key range; dK = dV = 0 (scratch, KB x HDP each)
+ *   for each key tile [t0, t1): boundaries at absolute multiples of KB
+ *   (key indices), except those closer than KB/2 to k_begin or k_end, so
+ *   that a range starting or ending between multiples (the attention
+ *   layer cuts heads into chunks at multiples of 64) has no short tiles;
+ *   a tile holds KB/2 .. 2 KB keys (fewer only if the range does);
+ *   dK = dV = 0 (scratch, up to 2 KB x HDP each)
  *     for each q-block of QB = NP*PW rows from t0 (causal) or 0 to T:
  *       for each panel: pack Q^T, dO^T and the Q, dO rows; S^T and dP^T for
  *         the keys the panel sees (causal: up to its last row; -inf masking
@@ -56,8 +60,8 @@
  * whatever the lane, the q-block and panel positions or the vector width;
  * what a row cannot see contributes exact zeros (P = exp(-inf) = 0). So dK
  * and dV do not depend on how the caller splits the keys, and dQ depends
- * only on the key tiles (absolute boundaries): dq[i] += the tile's sum,
- * tile after tile in increasing key order. With the same tunables every
+ * only on the key tiles (fixed by k_begin, k_end and KB): dq[i] += the
+ * tile's sum, tile after tile in increasing key order. With the same tunables every
  * layer gives the same bits (the tests check simd_avx2.h against the
  * emulation of simd_avx512.h).
  *
@@ -76,6 +80,7 @@
 
 enum {
     BKB = ATTN_BWD_KB,
+    BKT = 2 * BKB, /* the most keys a tile holds (a merged edge piece) */
     BNP = ATTN_BWD_NP,
     BQB = BNP * PW, /* rows per q-block */
     OP_MR = ATTN_OP_MR,
@@ -90,21 +95,22 @@ _Static_assert(OP_MR >= 1 && OP_MR <= 14 && OP_NV >= 1 && OP_NV <= 4,
 
 typedef struct {
     float *qt, *dot; /* (HD, PW): the panel's Q^T (times scale) and dO^T */
-    float *st, *dpt; /* (KB, PW): the panel's S^T, dP^T */
+    /* KT = 2 KB: the most keys a tile holds */
+    float *st, *dpt; /* (KT, PW): the panel's S^T, dP^T */
     float *dqt;      /* (HD, PW): the panel's dQ^T for one key tile */
-    float *pm, *ds;  /* NP x (KB, PW): PM^T and dS^T of the q-block, panel by panel */
+    float *pm, *ds;  /* NP x (KT, PW): PM^T and dS^T of the q-block, panel by panel */
     float *qr, *dor; /* (QB, HDP): the q-block's Q and dO rows, zero-padded */
-    float *dk, *dv;  /* (KB, HDP): the key tile's accumulators */
-    float *kp, *vp;  /* (KB, HD): K and V tiles copied when their strides crowd */
+    float *dk, *dv;  /* (KT, HDP): the key tile's accumulators */
+    float *kp, *vp;  /* (KT, HD): K and V tiles copied when their strides crowd */
 } bwd_bufs;
 
 /* Lays the buffers out from base (64-byte aligned, each piece a multiple
  * of 16 floats) and returns the floats used; base NULL: only counts. */
 static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
-    const size_t kp = (size_t)BKB * PW;
+    const size_t kp = (size_t)BKT * PW;
     const size_t sizes[13] = {hd * PW,   hd * PW,   kp,        kp,        hd * PW,
-                              BNP * kp,  BNP * kp,  BQB * hdp, BQB * hdp, BKB * hdp,
-                              BKB * hdp, BKB * hd,  BKB * hd};
+                              BNP * kp,  BNP * kp,  BQB * hdp, BQB * hdp, BKT * hdp,
+                              BKT * hdp, BKT * hd,  BKT * hd};
     float **slot[13] = {&b->qt, &b->dot, &b->st, &b->dpt, &b->dqt, &b->pm, &b->ds,
                         &b->qr, &b->dor, &b->dk, &b->dv,  &b->kp,  &b->vp};
     size_t off = 0;
@@ -118,7 +124,7 @@ static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
 size_t ATTN_BWD_SCRATCH(int64_t T, int64_t HD) {
     (void)T;
     const size_t hd = HD > 0 ? (size_t)HD : 0u;
-    if (hd > SIZE_MAX / 64u / (BQB + BKB + PW)) return SIZE_MAX;
+    if (hd > SIZE_MAX / 64u / (BQB + BKT + PW)) return SIZE_MAX;
     const size_t hdp = (hd + VW - 1) / VW * VW;
     bwd_bufs b;
     return 16u + bwd_layout(hd, hdp, NULL, &b); /* 16: alignment slack */
@@ -239,7 +245,7 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
 /* ---- dK, dV: lanes along the head dims ------------------------------------------ */
 
 /* acc[m][VW*u ..] += sum_{l0 <= l < l1} a(m, l) * rows[l][VW*u ..] for mr keys
- * and nvd vectors of dims, where a(m, l) = a[(l / PW) * KB*PW + m*PW + l % PW]
+ * and nvd vectors of dims, where a(m, l) = a[(l / PW) * KT*PW + m*PW + l % PW]
  * (PM^T or dS^T of the q-block, panel by panel; a points at the group's
  * first key), rows: (QB, ldr) at the group's first dim, acc: (mr, lda). */
 VINL void op_group(const int mr, const int nvd, const float *a, const float *rows, int64_t ldr,
@@ -250,7 +256,7 @@ VINL void op_group(const int mr, const int nvd, const float *a, const float *row
 #pragma GCC unroll 4
         for (int u = 0; u < nvd; u++) c[m][u] = vf_load(acc + m * lda + VW * u);
     for (int64_t p = l0 / PW; p * PW < l1; p++) {
-        const float *ap = a + p * (BKB * PW) - p * PW;
+        const float *ap = a + p * (BKT * PW) - p * PW;
         const int64_t lb = l0 > p * PW ? l0 : p * PW, le = l1 < (p + 1) * PW ? l1 : (p + 1) * PW;
         for (int64_t l = lb; l < le; l++) {
             vf b[OP_NV];
@@ -271,7 +277,7 @@ VINL void op_group(const int mr, const int nvd, const float *a, const float *row
 }
 
 /* acc (kn, HDP) += buf^T rows over the q-block's rows [0, nq) (buf: PM^T or
- * dS^T, NP x (KB, PW); rows: (QB, HDP)). Causal: a key group skips the rows
+ * dS^T, NP x (KT, PW); rows: (QB, HDP)). Causal: a key group skips the rows
  * before its first key (their weights are exact zeros). */
 static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq, int64_t kn,
                     bool causal, int64_t t0, int64_t qb, float *acc) {
@@ -331,7 +337,11 @@ void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
     const float dsc = a->drop == MHA_DROP_NONE ? 1.0f : a->drop_scale;
 
     for (int64_t t0 = kb; t0 < ke;) {
-        const int64_t t1 = (t0 / BKB + 1) * BKB < ke ? (t0 / BKB + 1) * BKB : ke;
+        /* the next multiple of KB, skipped when within KB/2 of either end of
+         * the range: tiles of KB/2 .. 2 KB keys at fixed positions */
+        int64_t t1 = (t0 / BKB + 1) * BKB;
+        if (t1 - kb < BKB / 2) t1 += BKB; /* (the first tile only) */
+        if (ke - t1 < BKB / 2 || t1 > ke) t1 = ke;
         const int64_t kn = t1 - t0;
         const float *kt = a->k + t0 * a->ldk, *vt = a->v + t0 * a->ldv;
         int64_t ldkt = a->ldk, ldvt = a->ldv;
@@ -365,7 +375,7 @@ void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
                 const int64_t plast = p0 + nv - 1;
                 int64_t n = kn;
                 if (a->causal && plast + 1 - t0 < n) n = plast + 1 - t0; /* >= 1: p0 >= t0 */
-                float *pm = B.pm + p * (BKB * PW), *ds = B.ds + p * (BKB * PW);
+                float *pm = B.pm + p * (BKT * PW), *ds = B.ds + p * (BKT * PW);
                 _Alignas(64) float mx[PW], logl[PW], delta[PW];
                 for (int l = 0; l < PW; l++) {
                     mx[l] = l < nv ? a->stats[2 * (p0 + l)] : INFINITY;

@@ -82,7 +82,7 @@
 #define ATTN_CROWD MHA_ATTN_AVX512_CROWD
 /* backward (attn_bwd_body.h) */
 #ifndef MHA_ATTN_AVX512_BWD_KB
-#define MHA_ATTN_AVX512_BWD_KB 256 /* keys per tile (a multiple of 4) */
+#define MHA_ATTN_AVX512_BWD_KB 128 /* keys per tile (a multiple of 4) */
 #endif
 #ifndef MHA_ATTN_AVX512_BWD_NP
 #define MHA_ATTN_AVX512_BWD_NP 1 /* panels per q-block */

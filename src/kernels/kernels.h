@@ -150,7 +150,8 @@ void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
  * keep decisions are the forward's: BITMASK (the saved bits) or PHILOX
  * (regenerated from seed and stream); no GENERATOR mode.
  * Order: a kernel adds into each dQ row in increasing key order (key tiles
- * at absolute boundaries), so dQ does not depend on how the caller splits
+ * at positions fixed by the key range: absolute multiples of the kernel's
+ * tile, see attn_bwd_body.h), so dQ does not depend on how the caller splits
  * the keys beyond the split itself, which the caller fixes from the shape. */
 typedef struct {
     const float *q, *k, *v;   /* [in] (T, HD) rows, strides ldq, ldk, ldv */
