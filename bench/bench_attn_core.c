@@ -15,7 +15,17 @@
  * kernel's result once against the reference kernel on the first and last
  * head.
  *
- * Usage: bench_attn_core [reps]      (default 9)
+ * --backward: also times the backward through the layer
+ * (mha__attention_backward: delta, the fused backward kernel per (batch,
+ * head, key chunk), the sum of the chunks' dQ) right after each forward
+ * run, and prints it beside the forward: ms, GFLOP/s with flops = 2.5 x
+ * the forward's (five matmuls instead of two; the recomputation of S is
+ * counted), and the ratio backward / forward of the minimum times. Its
+ * result is checked once against mha__attn_bwd_ref on the first and last
+ * head.
+ *
+ * Usage: bench_attn_core [--backward] [--shape B,T]... [reps]   (default 9 reps;
+ *        shapes (1, 1024), (8, 256), (8, 1024); H = 12, HD = 64)
  * Environment: MHA_BENCH_IDLE_WAIT = seconds the whole program may spend
  *              waiting for idle CPUs before timed runs (default 60; 0 = off;
  *              the VM is shared, other tenants' jobs take cores),
@@ -105,28 +115,128 @@ static mha__attn_args head_args(const shape *s, const float *qkv, float *out, fl
     return a;
 }
 
-/* One forward over all heads with nthreads threads, through the layer. */
-static void run_core(const shape *s, const float *qkv, float *out, float *lse,
-                     const mha__kernels *k, void *ws, size_t ws_size, int nthreads) {
-    const int64_t D = s->H * s->HD;
-    mha__attention_desc d;
-    memset(&d, 0, sizeof d);
-    d.B = s->B, d.T = s->T, d.H = s->H, d.HD = s->HD;
-    d.qkv = qkv, d.ld_qkv = 3 * D, d.q_base = 0, d.k_base = D, d.v_base = 2 * D;
-    d.head_stride = s->HD;
-    d.o = out, d.ldo = D, d.lse = lse;
-    d.scale = (float)(1.0 / sqrt((double)s->HD));
-    d.causal = true;
-    d.kernels = k;
+static void set_threads(int nthreads) {
 #ifdef _OPENMP
     omp_set_num_threads(nthreads);
 #else
     (void)nthreads;
 #endif
+}
+
+/* The layer's description of the (B, T, 3*D) qkv -> (B, T, D) attention. */
+static mha__attention_desc desc_of(const shape *s, const float *qkv, float *out, float *lse,
+                                   float *stats, const mha__kernels *k) {
+    const int64_t D = s->H * s->HD;
+    mha__attention_desc d;
+    memset(&d, 0, sizeof d);
+    d.B = s->B;
+    d.T = s->T;
+    d.H = s->H;
+    d.HD = s->HD;
+    d.qkv = qkv;
+    d.ld_qkv = 3 * D;
+    d.q_base = 0;
+    d.k_base = D;
+    d.v_base = 2 * D;
+    d.head_stride = s->HD;
+    d.o = out;
+    d.ldo = D;
+    d.lse = lse;
+    d.stats = stats;
+    d.scale = (float)(1.0 / sqrt((double)s->HD));
+    d.causal = true;
+    d.kernels = k;
+    return d;
+}
+
+/* One forward over all heads with nthreads threads, through the layer. */
+static void run_core(const shape *s, const float *qkv, float *out, float *lse, float *stats,
+                     const mha__kernels *k, void *ws, size_t ws_size, int nthreads) {
+    const mha__attention_desc d = desc_of(s, qkv, out, lse, stats, k);
+    set_threads(nthreads);
     if (mha__attention_forward(&d, ws, ws_size) != MHA_OK) {
         fprintf(stderr, "attention: %s\n", mha_last_error());
         exit(1);
     }
+}
+
+/* One backward over all heads (of the forward that wrote out and stats). */
+static void run_bwd(const shape *s, const float *qkv, float *out, float *stats,
+                    const float *dout, float *dqkv, const mha__kernels *k, void *ws,
+                    size_t ws_size, int nthreads) {
+    const mha__attention_desc d = desc_of(s, qkv, out, NULL, stats, k);
+    set_threads(nthreads);
+    if (mha__attention_backward(&d, dout, s->H * s->HD, dqkv, ws, ws_size) != MHA_OK) {
+        fprintf(stderr, "attention backward: %s\n", mha_last_error());
+        exit(1);
+    }
+}
+
+static size_t bwd_workspace(const shape *s, const mha__kernels *k, int nthreads) {
+    float dummy = 0.0f;
+    const mha__attention_desc d = desc_of(s, &dummy, &dummy, &dummy, &dummy, k);
+    set_threads(nthreads);
+    return mha__attention_backward_workspace(&d);
+}
+
+/* The layer's backward (dqkv, after run_bwd) against mha__attn_bwd_ref on
+ * the first and last head; prints and returns whether within tolerance:
+ * max error <= 1e-4 * max|gradient|. */
+static bool check_bwd(const shape *s, const float *qkv, const float *out, const float *stats,
+                      const float *dout, const float *dqkv, const char *name) {
+    const int64_t T = s->T, HD = s->HD, D = s->H * HD, ld = 3 * D;
+    float *g = malloc(sizeof(float) * (size_t)(3 * T * HD)); /* dq, dk, dv: (T, HD) each */
+    float *delta = malloc(sizeof(float) * (size_t)T);
+    float *scr = malloc(sizeof(float) * mha__attn_bwd_ref_scratch(T, HD));
+    double err = 0.0, gmax = 0.0;
+    const int64_t heads[2][2] = {{0, 0}, {s->B - 1, s->H - 1}};
+    for (int hk = 0; hk < 2; hk++) {
+        const int64_t b = heads[hk][0], h = heads[hk][1];
+        for (int64_t t = 0; t < T; t++) /* as the layer computes it */
+            delta[t] = mha__dot_f64(dout + (b * T + t) * D + h * HD,
+                                    out + (b * T + t) * D + h * HD, HD);
+        memset(g, 0, sizeof(float) * (size_t)(3 * T * HD));
+        mha__attn_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = qkv + b * T * ld + h * HD;
+        a.k = a.q + D;
+        a.v = a.q + 2 * D;
+        a.ldq = a.ldk = a.ldv = ld;
+        a.dout = dout + b * T * D + h * HD;
+        a.lddo = D;
+        a.stats = stats + (b * s->H + h) * T * 2;
+        a.delta = delta;
+        a.dq = g;
+        a.dk = g + T * HD;
+        a.dv = g + 2 * T * HD;
+        a.lddq = a.lddk = a.lddv = HD;
+        a.T = T;
+        a.HD = HD;
+        a.k_begin = 0;
+        a.k_end = T;
+        a.scale = (float)(1.0 / sqrt((double)HD));
+        a.causal = true;
+        a.drop = MHA_DROP_NONE;
+        a.drop_scale = 1.0f;
+        mha__attn_bwd_ref(&a, scr);
+        for (int part = 0; part < 3; part++) /* q, k, v columns of dqkv */
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t x = 0; x < HD; x++) {
+                    const double want = g[(part * T + t) * HD + x];
+                    const double got = dqkv[(b * T + t) * ld + part * D + h * HD + x];
+                    if (!(fabs(got - want) <= err)) err = fabs(got - want);
+                    if (fabs(want) > gmax) gmax = fabs(want);
+                }
+    }
+    const bool ok = err <= 1e-4 * gmax;
+    printf("B=%lld T=%lld H=%lld HD=%lld %-6s: backward check vs reference (2 heads): max|dg| "
+           "%.3g, max|g| %.3g %s\n",
+           (long long)s->B, (long long)T, (long long)s->H, (long long)HD, name, err, gmax,
+           ok ? "OK" : "FAILED");
+    free(g);
+    free(delta);
+    free(scr);
+    return ok;
 }
 
 static size_t workspace(const shape *s, const mha__kernels *k, int nthreads) {
@@ -142,7 +252,22 @@ static size_t workspace(const shape *s, const mha__kernels *k, int nthreads) {
 }
 
 int main(int argc, char **argv) {
-    int reps = argc > 1 ? atoi(argv[1]) : 9;
+    int reps = 9;
+    bool backward = false;
+    shape chosen[8];
+    int nchosen = 0;
+    for (int i = 1; i < argc; i++) {
+        long long b, t;
+        if (strcmp(argv[i], "--backward") == 0) {
+            backward = true;
+        } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc && nchosen < 8 &&
+                   sscanf(argv[i + 1], "%lld,%lld", &b, &t) == 2 && b > 0 && t > 0) {
+            chosen[nchosen++] = (shape){b, t, 12, 64};
+            i++;
+        } else {
+            reps = atoi(argv[i]);
+        }
+    }
     if (reps < 1) reps = 1;
     const char *e = getenv("MHA_BENCH_IDLE_WAIT");
     if (e) idle_budget_s = atof(e);
@@ -154,19 +279,22 @@ int main(int argc, char **argv) {
     for (int i = MHA_ISA_AVX2; i <= (int)cap; i++)
         if (mha__kernels_get((mha__isa_t)i)) ks[nk++] = mha__kernels_get((mha__isa_t)i);
     if (nk == 0) ks[nk++] = mha__kernels_get(MHA_ISA_REF);
-    static const shape shapes[] = {{1, 1024, 12, 64}, {8, 256, 12, 64}, {8, 1024, 12, 64}};
+    static const shape defaults[] = {{1, 1024, 12, 64}, {8, 256, 12, 64}, {8, 1024, 12, 64}};
+    const shape *shapes = nchosen ? chosen : defaults;
+    const size_t nshapes = nchosen ? (size_t)nchosen : sizeof defaults / sizeof defaults[0];
     static const int threads[] = {1, 2};
-    printf("attention core, causal, kernels:");
+    printf("attention core, causal%s, kernels:", backward ? ", forward and backward" : "");
     for (int k = 0; k < nk; k++) printf(" %s", ks[k]->name);
     printf(", %d reps\n", reps);
     int failures = 0;
 
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    for (size_t si = 0; si < nshapes; si++) {
         const shape *s = &shapes[si];
         const int64_t D = s->H * s->HD;
         const size_t nqkv = (size_t)(s->B * s->T * 3 * D), nout = (size_t)(s->B * s->T * D);
         float *qkv = malloc(sizeof(float) * nqkv), *out = malloc(sizeof(float) * nout);
         float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * s->T));
+        float *stats = malloc(sizeof(float) * (size_t)(2 * s->B * s->H * s->T));
         uint64_t st = 0x12345678u + si;
         for (size_t i = 0; i < nqkv; i++) { /* xorshift, values in [-1, 1) */
             st ^= st << 13;
@@ -177,16 +305,32 @@ int main(int argc, char **argv) {
         memset(out, 0, sizeof(float) * nout);
         const double flops = 4.0 * (double)(s->B * s->H) * ((double)s->T * (double)(s->T + 1) / 2.0) *
                              (double)s->HD;
-        void *ws[3];
-        size_t ws_size[3];
+        void *ws[3], *bws[3] = {NULL, NULL, NULL};
+        size_t ws_size[3], bws_size[3] = {0, 0, 0};
         for (int k = 0; k < nk; k++) {
             ws_size[k] = workspace(s, ks[k], 2);
             ws[k] = malloc(ws_size[k]);
+            if (backward) {
+                bws_size[k] = bwd_workspace(s, ks[k], 2);
+                bws[k] = malloc(bws_size[k]);
+            }
+        }
+        float *dout = NULL, *dqkv = NULL;
+        if (backward) {
+            dout = malloc(sizeof(float) * nout);
+            dqkv = malloc(sizeof(float) * nqkv);
+            for (size_t i = 0; i < nout; i++) {
+                st ^= st << 13;
+                st ^= st >> 7;
+                st ^= st << 17;
+                dout[i] = (float)((double)(st >> 40) * 0x1p-23 - 1.0);
+            }
+            memset(dqkv, 0, sizeof(float) * nqkv);
         }
 
         /* correctness, once per kernel: first and last head against the reference */
         for (int k = 0; k < nk; k++) {
-            run_core(s, qkv, out, lse, ks[k], ws[k], ws_size[k], 2);
+            run_core(s, qkv, out, lse, stats, ks[k], ws[k], ws_size[k], 2);
             float *ref = malloc(sizeof(float) * (size_t)(s->T * D));
             float *rl = malloc(sizeof(float) * (size_t)s->T);
             float *rs = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(s->T, s->HD));
@@ -218,20 +362,33 @@ int main(int argc, char **argv) {
             free(ref);
             free(rl);
             free(rs);
+            if (backward) {
+                run_bwd(s, qkv, out, stats, dout, dqkv, ks[k], bws[k], bws_size[k], 2);
+                failures += !check_bwd(s, qkv, out, stats, dout, dqkv, ks[k]->name);
+            }
         }
 
         for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
             const int nt = threads[ti];
             double *times = malloc(sizeof(double) * (size_t)(reps * nk));
+            double *btimes = malloc(sizeof(double) * (size_t)(reps * nk));
             int gated[3] = {0, 0, 0};
-            for (int k = 0; k < nk; k++) /* warm-up */
-                run_core(s, qkv, out, lse, ks[k], ws[k], ws_size[k], nt);
+            for (int k = 0; k < nk; k++) { /* warm-up */
+                run_core(s, qkv, out, lse, stats, ks[k], ws[k], ws_size[k], nt);
+                if (backward)
+                    run_bwd(s, qkv, out, stats, dout, dqkv, ks[k], bws[k], bws_size[k], nt);
+            }
             for (int r = 0; r < reps; r++)
                 for (int k = 0; k < nk; k++) {
                     gated[k] += wait_idle();
                     const double t0 = now_s();
-                    run_core(s, qkv, out, lse, ks[k], ws[k], ws_size[k], nt);
-                    times[k * reps + r] = now_s() - t0;
+                    run_core(s, qkv, out, lse, stats, ks[k], ws[k], ws_size[k], nt);
+                    const double t1 = now_s();
+                    times[k * reps + r] = t1 - t0;
+                    if (backward) {
+                        run_bwd(s, qkv, out, stats, dout, dqkv, ks[k], bws[k], bws_size[k], nt);
+                        btimes[k * reps + r] = now_s() - t1;
+                    }
                 }
             for (int k = 0; k < nk; k++) {
                 double *tk = times + k * reps;
@@ -242,14 +399,32 @@ int main(int argc, char **argv) {
                        (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
                        ks[k]->name, 1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed,
                        flops / tmed * 1e-9, gated[k], reps);
+                if (backward) {
+                    double *bk = btimes + k * reps;
+                    qsort(bk, (size_t)reps, sizeof(double), cmp_double);
+                    const double bmin = bk[0], bmed = bk[reps / 2], bfl = 2.5 * flops;
+                    printf("B=%lld T=%4lld H=%lld HD=%lld threads %d %-6s: backward min %8.3f ms "
+                           "%6.1f GFLOP/s | median %8.3f ms %6.1f GFLOP/s | backward/forward "
+                           "%.2f (min), %.2f (median)\n",
+                           (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
+                           ks[k]->name, 1e3 * bmin, bfl / bmin * 1e-9, 1e3 * bmed,
+                           bfl / bmed * 1e-9, bmin / tmin, bmed / tmed);
+                }
             }
             fflush(stdout);
             free(times);
+            free(btimes);
         }
-        for (int k = 0; k < nk; k++) free(ws[k]);
+        for (int k = 0; k < nk; k++) {
+            free(ws[k]);
+            free(bws[k]);
+        }
+        free(dout);
+        free(dqkv);
         free(qkv);
         free(out);
         free(lse);
+        free(stats);
     }
     return failures ? 1 : 0;
 }

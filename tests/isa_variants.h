@@ -14,6 +14,12 @@ void mha__attn_fwd_gen16(const mha__attn_args *a, float *scratch);
 /* attn_avx2w32.c: the same tunables on simd_avx2.h; must match gen16's bits. */
 size_t mha__attn_fwd_avx2w32_scratch(int64_t T, int64_t HD);
 void mha__attn_fwd_avx2w32(const mha__attn_args *a, float *scratch);
+/* The backward body (attn_bwd_body.h) in the same two files: gen16 is
+ * mha__attn_bwd_avx512 on the emulation; avx2w32 must give gen16's bits. */
+size_t mha__attn_bwd_gen16_scratch(int64_t T, int64_t HD);
+void mha__attn_bwd_gen16(const mha__attn_bwd_args *a, float *scratch);
+size_t mha__attn_bwd_avx2w32_scratch(int64_t T, int64_t HD);
+void mha__attn_bwd_avx2w32(const mha__attn_bwd_args *a, float *scratch);
 
 /* y[0..n) = vf_exp(x[0..n)), n a multiple of 16, on each layer:
  * attn_gen16.c, vexp_avx2.c, vexp_avx512.c. */

@@ -34,6 +34,23 @@
 #define ATTN_QK_MR 6 /* 6 x 2 accumulators + 2 loads + 1 broadcast of 16 ymm */
 #define ATTN_PV_MR 6
 #define ATTN_CROWD MHA_ATTN_AVX2_CROWD
+/* backward (attn_bwd_body.h) */
+#ifndef MHA_ATTN_AVX2_BWD_KB
+#define MHA_ATTN_AVX2_BWD_KB 256 /* keys per tile (a multiple of 4) */
+#endif
+#ifndef MHA_ATTN_AVX2_BWD_NP
+#define MHA_ATTN_AVX2_BWD_NP 1 /* panels per q-block */
+#endif
+#ifndef MHA_ATTN_AVX2_OP_MR
+#define MHA_ATTN_AVX2_OP_MR 6 /* keys per dK/dV register tile */
+#endif
+#ifndef MHA_ATTN_AVX2_OP_NV
+#define MHA_ATTN_AVX2_OP_NV 2 /* vectors of head dims per dK/dV register tile */
+#endif
+#define ATTN_BWD_KB MHA_ATTN_AVX2_BWD_KB
+#define ATTN_BWD_NP MHA_ATTN_AVX2_BWD_NP
+#define ATTN_OP_MR MHA_ATTN_AVX2_OP_MR
+#define ATTN_OP_NV MHA_ATTN_AVX2_OP_NV
 
 #elif defined(ATTN_TUNE_AVX512)
 
@@ -63,6 +80,24 @@
 #define ATTN_QK_MR MHA_ATTN_AVX512_QK_MR
 #define ATTN_PV_MR MHA_ATTN_AVX512_PV_MR
 #define ATTN_CROWD MHA_ATTN_AVX512_CROWD
+/* backward (attn_bwd_body.h) */
+#ifndef MHA_ATTN_AVX512_BWD_KB
+#define MHA_ATTN_AVX512_BWD_KB 128 /* keys per tile (a multiple of 4) */
+#endif
+#ifndef MHA_ATTN_AVX512_BWD_NP
+#define MHA_ATTN_AVX512_BWD_NP 1 /* panels per q-block */
+#endif
+#ifndef MHA_ATTN_AVX512_OP_MR
+#define MHA_ATTN_AVX512_OP_MR 12 /* keys per dK/dV register tile */
+#endif
+#ifndef MHA_ATTN_AVX512_OP_NV
+#define MHA_ATTN_AVX512_OP_NV 2 /* 16-float vectors of head dims per dK/dV register tile */
+#endif
+#define ATTN_BWD_KB MHA_ATTN_AVX512_BWD_KB
+#define ATTN_BWD_NP MHA_ATTN_AVX512_BWD_NP
+#define ATTN_OP_MR MHA_ATTN_AVX512_OP_MR
+/* in vectors of the layer, as ATTN_NV */
+#define ATTN_OP_NV (MHA_ATTN_AVX512_OP_NV * 16 / VW)
 
 #else
 #error "define ATTN_TUNE_AVX2 or ATTN_TUNE_AVX512 before including attn_tunables.h"

@@ -31,6 +31,8 @@ static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
         (k)->name = isa_names[ISA];                      \
         (k)->attn_fwd = mha__attn_fwd_##sfx;             \
         (k)->attn_fwd_scratch = mha__attn_fwd_##sfx##_scratch; \
+        (k)->attn_bwd = mha__attn_bwd_##sfx;             \
+        (k)->attn_bwd_scratch = mha__attn_bwd_##sfx##_scratch; \
         (k)->mt_twist = mha__mt_twist_##sfx;             \
         (k)->mt_temper = mha__mt_temper_##sfx;           \
         (k)->mt_twist_temper = mha__mt_twist_temper_##sfx; \
@@ -41,8 +43,6 @@ static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
 
 static void fill_ref(mha__kernels *k) {
     FILL_SET(k, MHA_ISA_REF, ref);
-    k->attn_bwd = mha__attn_bwd_ref;
-    k->attn_bwd_scratch = mha__attn_bwd_ref_scratch;
     k->gemm = mha__sgemm_ref;
 }
 
@@ -59,6 +59,8 @@ static void fill_avx512(mha__kernels *k) {
     k->name = isa_names[MHA_ISA_AVX512];
     k->attn_fwd = mha__attn_fwd_avx512;
     k->attn_fwd_scratch = mha__attn_fwd_avx512_scratch;
+    k->attn_bwd = mha__attn_bwd_avx512;
+    k->attn_bwd_scratch = mha__attn_bwd_avx512_scratch;
     k->gemv = mha__gemv_avx512;
     /* the generator's AVX2 kernels are memory-bound; no AVX-512 versions */
 }

@@ -150,7 +150,8 @@ void mha__attn_fwd_avx512(const mha__attn_args *a, float *scratch);
  * keep decisions are the forward's: BITMASK (the saved bits) or PHILOX
  * (regenerated from seed and stream); no GENERATOR mode.
  * Order: a kernel adds into each dQ row in increasing key order (key tiles
- * at absolute boundaries), so dQ does not depend on how the caller splits
+ * at positions fixed by the key range: absolute multiples of the kernel's
+ * tile, see attn_bwd_body.h), so dQ does not depend on how the caller splits
  * the keys beyond the split itself, which the caller fixes from the shape. */
 typedef struct {
     const float *q, *k, *v;   /* [in] (T, HD) rows, strides ldq, ldk, ldv */
@@ -180,6 +181,21 @@ typedef struct {
 size_t mha__attn_bwd_ref_scratch(int64_t T, int64_t HD);
 /* Reference: plain loops through the weights, sums in double. */
 void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch);
+
+#if defined(MHA_HAVE_AVX2_KERNELS)
+size_t mha__attn_bwd_avx2_scratch(int64_t T, int64_t HD);
+/* Fused FlashAttention-2-style kernel (attn_bwd_body.h): key tiles outer,
+ * S and P recomputed per (key tile, query panel), no T x T buffer; the
+ * scratch does not depend on T. BITMASK and PHILOX dropout. */
+void mha__attn_bwd_avx2(const mha__attn_bwd_args *a, float *scratch);
+#endif
+
+#if defined(MHA_HAVE_AVX512_KERNELS)
+size_t mha__attn_bwd_avx512_scratch(int64_t T, int64_t HD);
+/* mha__attn_bwd_avx2's contract and design on AVX-512 (F/BW/DQ/VL). Call
+ * only where the CPU has AVX-512 (the dispatch table). */
+void mha__attn_bwd_avx512(const mha__attn_bwd_args *a, float *scratch);
+#endif
 
 /* ---- GEMV ----------------------------------------------------------------
  * y[n] = sum_k W[n][k] x[k] (+ bias[n]) for n < N: the M = 1 GEMM of decoding

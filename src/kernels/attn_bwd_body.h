@@ -1,0 +1,407 @@
+/* attn_bwd_body.h — the fused attention backward (FlashAttention-2's loop
+ * order: key tiles outer), written once on a SIMD layer and compiled once
+ * per ISA beside the forward (attn_avx2.c, attn_avx512.c, and the 16-lane
+ * emulation tests/attn_gen16.c). The contract is mha__attn_bwd_args's in
+ * kernels.h; the oracle is mha__attn_bwd_ref.
+ *
+ * The including file defines, then includes a layer (simd_*.h) and this:
+ *   ATTN_NV, ATTN_QK_MR, ATTN_PV_MR, ATTN_CROWD   the panel geometry and
+ *                    micro-kernel tiles, shared with the forward
+ *                    (attn_panel.h, where they are described)
+ *   ATTN_BWD_KB      keys per tile (a multiple of 4)
+ *   ATTN_BWD_NP      panels per q-block
+ *   ATTN_OP_MR       max keys per dK/dV register tile (<= 14)
+ *   ATTN_OP_NV       max vectors of head dims per dK/dV register tile (<= 4)
+ *   ATTN_BWD, ATTN_BWD_SCRATCH   the names of the two exported functions
+ * Everything else here is static, so each instantiation is self-contained.
+ *
+ * Layout: as in the forward, the lanes are queries (a panel is PW
+ * consecutive queries) for the products whose result has a query axis:
+ *   S^T[j][0:PW]   = sum_d K[j][d] Q^T[d][0:PW]     (Q^T holds scale * Q)
+ *   dP^T[j][0:PW]  = sum_d V[j][d] dO^T[d][0:PW]
+ *   dQ^T[c][0:PW] += sum_j K[j][c] dS^T[j][0:PW]
+ * which are attn_panel.h's qk_panel (twice) and pv_panel, unchanged. The
+ * elementwise step is lane-wise (grad_panel):
+ *   P = exp((S - mx) - log l), m = keep ? drop_scale : 0 (1 without
+ *   dropout), PM = P m, dS = scale * P (m dP - delta)
+ * ((mx, log l): the forward's row statistics; no horizontal reductions:
+ * they and delta are one vector per panel). The
+ * two products that reduce over queries, into the key tile's accumulators,
+ *   dV[j][c] += sum_i PM^T[j][i] dO[i][c],   dK[j][c] += sum_i dS^T[j][i] Q[i][c],
+ * take the lanes along the head dims instead (op_group: broadcast PM^T or
+ * dS^T, load OP_NV vectors of a dO or Q row; OP_MR keys x OP_NV vectors of
+ * accumulators), over a whole q-block of rows at a time. So each q panel is
+ * packed twice: transposed (Q^T scaled, dO^T) for the first two products,
+ * and as rows padded to HDP = HD rounded up to VW (Q, dO) for the last two.
+ * K and V are read in place through their strides (copied to contiguous
+ * scratch only where the strides crowd a few cache sets). The scratch does
+ * not depend on T.
+ *
+ * Loop nest per call (keys [k_begin, k_end)):
+ *   for each key tile [t0, t1): boundaries at absolute multiples of KB
+ *   (key indices), except those closer than KB/2 to k_begin or k_end, so
+ *   that a range starting or ending between multiples (the attention
+ *   layer cuts heads into chunks at multiples of 64) has no short tiles;
+ *   a tile holds KB/2 .. 2 KB keys (fewer only if the range does);
+ *   dK = dV = 0 (scratch, up to 2 KB x HDP each)
+ *     for each q-block of QB = NP*PW rows from t0 (causal) or 0 to T:
+ *       for each panel: pack Q^T, dO^T and the Q, dO rows; S^T and dP^T for
+ *         the keys the panel sees (causal: up to its last row; -inf masking
+ *         only in key groups crossing the diagonal); PM^T, dS^T (grad_panel);
+ *         dQ^T = sum over the tile's keys of K dS^T, added into the dQ
+ *         rows (8x8 transposes back to rows);
+ *       dV += PM^T dO, dK += dS^T Q over the q-block's rows (key groups
+ *       skip the rows that precede their first key)
+ *     write the tile's dK and dV rows.
+ *
+ * Determinism: every value is one FMA chain in a fixed order (S and dP over
+ * d; dQ^T over the tile's keys; dK, dV over rows in increasing order,
+ * continued from one q-block to the next through the scratch), the same
+ * whatever the lane, the q-block and panel positions or the vector width;
+ * what a row cannot see contributes exact zeros (P = exp(-inf) = 0). So dK
+ * and dV do not depend on how the caller splits the keys, and dQ depends
+ * only on the key tiles (fixed by k_begin, k_end and KB): dq[i] += the
+ * tile's sum, tile after tile in increasing key order. With the same tunables every
+ * layer gives the same bits (the tests check simd_avx2.h against the
+ * emulation of simd_avx512.h).
+ *
+ * Dropout: the keep decisions of (row i, key j) are the forward's:
+ * BITMASK bits or PHILOX recomputed by attn_panel.h's keep_masks (one
+ * vectorised Philox call per lane covers 4 keys). No GENERATOR mode (the
+ * backward never draws).
+ *
+ * The packing works on 256-bit vectors whatever the layer, as the forward's. */
+#if !defined(ATTN_BWD_KB) || !defined(ATTN_BWD_NP) || !defined(ATTN_OP_MR) || \
+    !defined(ATTN_OP_NV) || !defined(ATTN_BWD) || !defined(ATTN_BWD_SCRATCH)
+#error "define the ATTN_BWD_* tunables and names before including attn_bwd_body.h"
+#endif
+
+#include "attn_panel.h"
+
+enum {
+    BKB = ATTN_BWD_KB,
+    BKT = 2 * BKB, /* the most keys a tile holds (a merged edge piece) */
+    BNP = ATTN_BWD_NP,
+    BQB = BNP * PW, /* rows per q-block */
+    OP_MR = ATTN_OP_MR,
+    OP_NV = ATTN_OP_NV
+};
+_Static_assert(BKB % 4 == 0 && BKB >= 4, "ATTN_BWD_KB must be a positive multiple of 4");
+_Static_assert(BNP >= 1, "ATTN_BWD_NP >= 1");
+_Static_assert(OP_MR >= 1 && OP_MR <= 14 && OP_NV >= 1 && OP_NV <= 4,
+               "ATTN_OP_MR in 1..14, ATTN_OP_NV in 1..4");
+
+/* ---- scratch -------------------------------------------------------------- */
+
+typedef struct {
+    float *qt, *dot; /* (HD, PW): the panel's Q^T (times scale) and dO^T */
+    /* KT = 2 KB: the most keys a tile holds */
+    float *st, *dpt; /* (KT, PW): the panel's S^T, dP^T */
+    float *dqt;      /* (HD, PW): the panel's dQ^T for one key tile */
+    float *pm, *ds;  /* NP x (KT, PW): PM^T and dS^T of the q-block, panel by panel */
+    float *qr, *dor; /* (QB, HDP): the q-block's Q and dO rows, zero-padded */
+    float *dk, *dv;  /* (KT, HDP): the key tile's accumulators */
+    float *kp, *vp;  /* (KT, HD): K and V tiles copied when their strides crowd */
+} bwd_bufs;
+
+/* Lays the buffers out from base (64-byte aligned, each piece a multiple
+ * of 16 floats) and returns the floats used; base NULL: only counts. */
+static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
+    const size_t kp = (size_t)BKT * PW;
+    const size_t sizes[13] = {hd * PW,   hd * PW,   kp,        kp,        hd * PW,
+                              BNP * kp,  BNP * kp,  BQB * hdp, BQB * hdp, BKT * hdp,
+                              BKT * hdp, BKT * hd,  BKT * hd};
+    float **slot[13] = {&b->qt, &b->dot, &b->st, &b->dpt, &b->dqt, &b->pm, &b->ds,
+                        &b->qr, &b->dor, &b->dk, &b->dv,  &b->kp,  &b->vp};
+    size_t off = 0;
+    for (int i = 0; i < 13; i++) {
+        if (base) *slot[i] = base + off;
+        off += (sizes[i] + 15u) & ~(size_t)15u;
+    }
+    return off;
+}
+
+size_t ATTN_BWD_SCRATCH(int64_t T, int64_t HD) {
+    (void)T;
+    const size_t hd = HD > 0 ? (size_t)HD : 0u;
+    if (hd > SIZE_MAX / 64u / (BQB + BKT + PW)) return SIZE_MAX;
+    const size_t hdp = (hd + VW - 1) / VW * VW;
+    bwd_bufs b;
+    return 16u + bwd_layout(hd, hdp, NULL, &b); /* 16: alignment slack */
+}
+
+/* ---- packing ---------------------------------------------------------------- */
+
+/* The panel of rows p0 .. p0+nv-1 of X twice, from one read of the rows:
+ * xt[d][l] = scale * X[p0+l][d] (as pack_qt: padding lanes 0) and
+ * xr[l][0:HDP] = X[p0+l][0:HD], zero-padded (rows l < nv only). */
+static void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD, int64_t HDP,
+                       float scale, float *xt, float *xr) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int l0 = 0; l0 < PW; l0 += 8) {
+        if (l0 >= nv) { /* padding lanes only */
+            for (int64_t d = 0; d < HD; d++) _mm256_store_ps(xt + d * PW + l0, _mm256_setzero_ps());
+            continue;
+        }
+        int64_t d = 0;
+        for (; d + 8 <= HD; d += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) {
+                if (l0 + i < nv) {
+                    const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
+                    _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
+                    r[i] = _mm256_mul_ps(row, sc);
+                } else {
+                    r[i] = _mm256_setzero_ps();
+                }
+            }
+            transpose8(r);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(xt + (d + i) * PW + l0, r[i]);
+        }
+        for (; d < HD; d++)
+            for (int i = 0; i < 8; i++) {
+                const float v = l0 + i < nv ? x[(p0 + l0 + i) * ld + d] : 0.0f;
+                if (l0 + i < nv) xr[(l0 + i) * HDP + d] = v;
+                xt[d * PW + l0 + i] = scale * v;
+            }
+        for (int i = 0; i < 8 && l0 + i < nv; i++)
+            for (int64_t c = HD; c < HDP; c++) xr[(l0 + i) * HDP + c] = 0.0f;
+    }
+}
+
+/* dq[p0 + l][c] += dqt[c][l] for the panel's rows l < nv. */
+static void add_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq) {
+    for (int l0 = 0; l0 < nv; l0 += 8) {
+        const int nl = nv - l0 < 8 ? nv - l0 : 8;
+        int64_t c = 0;
+        for (; c + 8 <= HD; c += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(dqt + (c + i) * PW + l0);
+            transpose8(r);
+            for (int l = 0; l < nl; l++) {
+                float *d = dq + (p0 + l0 + l) * lddq + c;
+                _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), r[l]));
+            }
+        }
+        for (; c < HD; c++)
+            for (int l = 0; l < nl; l++) dq[(p0 + l0 + l) * lddq + c] += dqt[c * PW + l0 + l];
+    }
+}
+
+/* ---- the elementwise step ------------------------------------------------------ */
+
+/* From the panel's S^T and dP^T (keys 0 .. n-1 of the tile starting at key
+ * k0; lanes = rows p0 ..): PM^T = P m and dS^T = scale P (m dP - delta),
+ * P = exp((S - mx) - log l); rows n .. kn-1 of both are zeroed (keys the
+ * panel does not see). mx, logl, delta: PW lanes each, the padding lanes
+ * +inf, 0 and 0 (P = 0 there). */
+static void grad_panel(const keep_src *ks, const float *st, const float *dpt, int64_t n,
+                       int64_t kn, int64_t k0, int64_t p0, int64_t row_max, const float *mx,
+                       const float *logl, const float *delta, float drop_scale, float scale,
+                       float *pm, float *ds) {
+    vf mv[NV], lv[NV], dl[NV];
+    const vf sc = vf_set1(scale);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
+        mv[v] = vf_load(mx + VW * v);
+        lv[v] = vf_load(logl + VW * v);
+        dl[v] = vf_load(delta + VW * v);
+    }
+    if (ks->drop == MHA_DROP_NONE) {
+        for (int64_t j = 0; j < n; j++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                const int64_t o = j * PW + VW * v;
+                const vf p = vf_exp(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
+                vf_store(pm + o, p);
+                vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(vf_load(dpt + o), dl[v])), sc));
+            }
+    } else {
+        const vf dsc = vf_set1(drop_scale);
+        /* key quads at absolute multiples of 4 (the keep masks' unit) */
+        for (int64_t jq = -(k0 & 3); jq < n; jq += 4) {
+            vm mk[4][NV];
+            keep_masks(ks, k0 + jq, p0, row_max, mk);
+            for (int r = 0; r < 4; r++) {
+                const int64_t j = jq + r;
+                if (j < 0 || j >= n) continue;
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) {
+                    const int64_t o = j * PW + VW * v;
+                    const vf p = vf_exp(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
+                    const vf mdp = vf_keep(mk[r][v], vf_mul(vf_load(dpt + o), dsc));
+                    vf_store(pm + o, vf_keep(mk[r][v], vf_mul(p, dsc)));
+                    vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(mdp, dl[v])), sc));
+                }
+            }
+        }
+    }
+    if (kn > n) {
+        memset(pm + n * PW, 0, (size_t)(kn - n) * PW * sizeof(float));
+        memset(ds + n * PW, 0, (size_t)(kn - n) * PW * sizeof(float));
+    }
+}
+
+/* ---- dK, dV: lanes along the head dims ------------------------------------------ */
+
+/* acc[m][VW*u ..] += sum_{l0 <= l < l1} a(m, l) * rows[l][VW*u ..] for mr keys
+ * and nvd vectors of dims, where a(m, l) = a[(l / PW) * KT*PW + m*PW + l % PW]
+ * (PM^T or dS^T of the q-block, panel by panel; a points at the group's
+ * first key), rows: (QB, ldr) at the group's first dim, acc: (mr, lda). */
+VINL void op_group(const int mr, const int nvd, const float *a, const float *rows, int64_t ldr,
+                   int64_t l0, int64_t l1, float *acc, int64_t lda) {
+    vf c[OP_MR][OP_NV];
+#pragma GCC unroll 14
+    for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < nvd; u++) c[m][u] = vf_load(acc + m * lda + VW * u);
+    for (int64_t p = l0 / PW; p * PW < l1; p++) {
+        const float *ap = a + p * (BKT * PW) - p * PW;
+        const int64_t lb = l0 > p * PW ? l0 : p * PW, le = l1 < (p + 1) * PW ? l1 : (p + 1) * PW;
+        for (int64_t l = lb; l < le; l++) {
+            vf b[OP_NV];
+#pragma GCC unroll 4
+            for (int u = 0; u < nvd; u++) b[u] = vf_load(rows + l * ldr + VW * u);
+#pragma GCC unroll 14
+            for (int m = 0; m < mr; m++) {
+                const vf x = vf_bcast(ap + m * PW + l);
+#pragma GCC unroll 4
+                for (int u = 0; u < nvd; u++) c[m][u] = vf_fmadd(x, b[u], c[m][u]);
+            }
+        }
+    }
+#pragma GCC unroll 14
+    for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < nvd; u++) vf_store(acc + m * lda + VW * u, c[m][u]);
+}
+
+/* acc (kn, HDP) += buf^T rows over the q-block's rows [0, nq) (buf: PM^T or
+ * dS^T, NP x (KT, PW); rows: (QB, HDP)). Causal: a key group skips the rows
+ * before its first key (their weights are exact zeros). */
+static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq, int64_t kn,
+                    bool causal, int64_t t0, int64_t qb, float *acc) {
+    const split sp = split_of(kn, OP_MR);
+    const int64_t nvec = HDP / VW;
+    int64_t j = 0;
+    for (int64_t g = 0; j < kn; g++) {
+        const int mr = (int)(sp.base + (g < sp.rem));
+        const int64_t l0 = causal && t0 + j > qb ? t0 + j - qb : 0;
+        if (l0 < nq) {
+            for (int64_t u0 = 0; u0 < nvec; u0 += OP_NV) {
+                const int nvd = (int)(nvec - u0 < OP_NV ? nvec - u0 : OP_NV);
+                const float *a = buf + j * PW, *r = rows + VW * u0;
+                float *cc = acc + j * HDP + VW * u0;
+#define OP_NV_CASE(M, N)                                                                        \
+    case N:                                                                                     \
+        if ((N) <= OP_NV) op_group(M, N, a, r, HDP, l0, nq, cc, HDP);                            \
+        break;
+#define OP_CALL(M)                                                                              \
+    switch (nvd) {                                                                              \
+        OP_NV_CASE(M, 4) OP_NV_CASE(M, 3) OP_NV_CASE(M, 2) default : op_group(M, 1, a, r, HDP,  \
+                                                                            l0, nq, cc, HDP);   \
+    }
+                MR_SWITCH(mr, OP_MR, OP_CALL)
+#undef OP_CALL
+#undef OP_NV_CASE
+            }
+        }
+        j += mr;
+    }
+}
+
+/* ---- the kernel ---------------------------------------------------------- */
+
+/* Prefetches the Q, dO and dQ rows of the panel starting at row r: rows of
+ * a packed qkv buffer are kilobytes apart (a page each), out of reach of
+ * the hardware prefetchers, and each key tile reads them all again. Issued
+ * one panel ahead, they arrive while the current panel computes. */
+static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
+    const int64_t e = r + PW < a->T ? r + PW : a->T;
+    prefetch_rows(a->q, a->ldq, r, e, HD);
+    prefetch_rows(a->dout, a->lddo, r, e, HD);
+    prefetch_rows(a->dq, a->lddq, r, e, HD);
+}
+
+void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
+    const int64_t T = a->T, HD = a->HD;
+    const int64_t kb = a->k_begin > 0 ? a->k_begin : 0, ke = a->k_end < T ? a->k_end : T;
+    if (kb >= ke || HD <= 0) return;
+    const int64_t HDP = (HD + VW - 1) / VW * VW;
+    bwd_bufs B;
+    bwd_layout((size_t)HD, (size_t)HDP,
+               (float *)(void *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u), &B);
+    const bool pack_k = crowded(a->ldk, HD, BKB), pack_v = crowded(a->ldv, HD, BKB);
+    const keep_src ks = {a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream,
+                         a->keep_threshold};
+    const float dsc = a->drop == MHA_DROP_NONE ? 1.0f : a->drop_scale;
+
+    for (int64_t t0 = kb; t0 < ke;) {
+        /* the next multiple of KB, skipped when within KB/2 of either end of
+         * the range: tiles of KB/2 .. 2 KB keys at fixed positions */
+        int64_t t1 = (t0 / BKB + 1) * BKB;
+        if (t1 - kb < BKB / 2) t1 += BKB; /* (the first tile only) */
+        if (ke - t1 < BKB / 2 || t1 > ke) t1 = ke;
+        const int64_t kn = t1 - t0;
+        const float *kt = a->k + t0 * a->ldk, *vt = a->v + t0 * a->ldv;
+        int64_t ldkt = a->ldk, ldvt = a->ldv;
+        if (pack_k) {
+            for (int64_t j = 0; j < kn; j++)
+                memcpy(B.kp + j * HD, kt + j * a->ldk, (size_t)HD * sizeof(float));
+            kt = B.kp;
+            ldkt = HD;
+        }
+        if (pack_v) {
+            for (int64_t j = 0; j < kn; j++)
+                memcpy(B.vp + j * HD, vt + j * a->ldv, (size_t)HD * sizeof(float));
+            vt = B.vp;
+            ldvt = HD;
+        }
+        if (t0 == kb) prefetch_panel(a, a->causal ? t0 : 0, HD);
+        memset(B.dk, 0, (size_t)(kn * HDP) * sizeof(float));
+        memset(B.dv, 0, (size_t)(kn * HDP) * sizeof(float));
+
+        for (int64_t qb = a->causal ? t0 : 0; qb < T; qb += BQB) {
+            const int64_t nq = T - qb < BQB ? T - qb : BQB;
+            const int np = (int)((nq + PW - 1) / PW);
+            for (int p = 0; p < np; p++) {
+                const int64_t p0 = qb + p * PW;
+                const int nv = (int)(T - p0 < PW ? T - p0 : PW);
+                /* the next panel's rows (after the last: the next tile's first) */
+                if (p0 + PW < T)
+                    prefetch_panel(a, p0 + PW, HD);
+                else if (t1 < ke)
+                    prefetch_panel(a, a->causal ? t1 : 0, HD);
+                const int64_t plast = p0 + nv - 1;
+                int64_t n = kn;
+                if (a->causal && plast + 1 - t0 < n) n = plast + 1 - t0; /* >= 1: p0 >= t0 */
+                float *pm = B.pm + p * (BKT * PW), *ds = B.ds + p * (BKT * PW);
+                _Alignas(64) float mx[PW], logl[PW], delta[PW];
+                for (int l = 0; l < PW; l++) {
+                    mx[l] = l < nv ? a->stats[2 * (p0 + l)] : INFINITY;
+                    logl[l] = l < nv ? a->stats[2 * (p0 + l) + 1] : 0.0f;
+                    delta[l] = l < nv ? a->delta[p0 + l] : 0.0f;
+                }
+                pack_panel(a->q, a->ldq, p0, nv, HD, HDP, a->scale, B.qt, B.qr + p * PW * HDP);
+                pack_panel(a->dout, a->lddo, p0, nv, HD, HDP, 1.0f, B.dot, B.dor + p * PW * HDP);
+                vf tm[NV]; /* the panel max qk_panel takes along: unused here */
+                for (int v = 0; v < NV; v++) tm[v] = vf_zero();
+                qk_panel(kt, ldkt, B.qt, HD, n, a->causal, t0, p0, B.st, tm);
+                qk_panel(vt, ldvt, B.dot, HD, n, false, t0, p0, B.dpt, tm);
+                grad_panel(&ks, B.st, B.dpt, n, kn, t0, p0, plast, mx, logl, delta, dsc, a->scale,
+                           pm, ds);
+                memset(B.dqt, 0, (size_t)HD * PW * sizeof(float));
+                pv_panel(kt, ldkt, ds, n, HD, B.dqt);
+                add_dq(B.dqt, p0, nv, HD, a->dq, a->lddq);
+            }
+            op_tile(B.pm, B.dor, HDP, nq, kn, a->causal, t0, qb, B.dv);
+            op_tile(B.ds, B.qr, HDP, nq, kn, a->causal, t0, qb, B.dk);
+        }
+
+        for (int64_t j = 0; j < kn; j++) {
+            memcpy(a->dk + (t0 + j) * a->lddk, B.dk + j * HDP, (size_t)HD * sizeof(float));
+            memcpy(a->dv + (t0 + j) * a->lddv, B.dv + j * HDP, (size_t)HD * sizeof(float));
+        }
+        t0 = t1;
+    }
+}

@@ -1,0 +1,349 @@
+/* attn_panel.h — what the fused attention bodies share (attn_fwd_body.h,
+ * attn_bwd_body.h): the panel geometry, the register-tile micro-kernels,
+ * the dropout keep masks, the Q packing and the cache-crowding test. One
+ * translation unit includes a SIMD layer, attn_tunables.h, then one or both
+ * bodies; each includes this once (the guard), so both bodies of a
+ * translation unit run on the same panels and the same micro-kernels.
+ * Everything here is static: each instantiation is self-contained.
+ *
+ * The including file defines (attn_tunables.h does):
+ *   ATTN_NV          vectors per panel row: a panel is PW = VW * NV queries
+ *   ATTN_QK_MR       max keys per QK register tile (<= 14)
+ *   ATTN_PV_MR       max output dims per PV register tile (<= 14)
+ *   ATTN_CROWD       lines of a K/V tile per cache set that trigger a copy
+ *
+ * Layout: the vector lanes are queries. A "panel" is PW consecutive
+ * queries; Q^T[d][0:PW] is a packed panel (pack_qt). The two products
+ *   C[m][0:PW]  = sum_d A[m][d] * X^T[d][0:PW]    (qk_group: A = K rows)
+ *   C[c][0:PW] += sum_j A[j][c] * Y^T[j][0:PW]    (pv_group: A = V rows)
+ * are the same register tile "C[mr][PW] += a(mr scalars, broadcast from
+ * rows of A read in place through their stride) x b(PW floats, packed)":
+ * mr * NV vector accumulators, NV loads and mr broadcasts per mr * NV FMAs.
+ * Each element is one FMA chain in a fixed order (d, or j, increasing),
+ * the same whatever its lane, the tile height or the vector width. */
+#ifndef MHA_ATTN_PANEL_H
+#define MHA_ATTN_PANEL_H
+
+#ifndef VW
+#error "include a SIMD layer (simd_avx2.h, simd_avx512.h) before attn_panel.h"
+#endif
+#if !defined(ATTN_NV) || !defined(ATTN_QK_MR) || !defined(ATTN_PV_MR) || !defined(ATTN_CROWD)
+#error "define the ATTN_* tunables (attn_tunables.h) before including attn_panel.h"
+#endif
+#if !defined(__AVX2__)
+#error "attn_panel.h packs with AVX2"
+#endif
+
+#include "kernels.h"
+#include "philox.h"
+#include "simd_exp.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+enum {
+    NV = ATTN_NV,
+    PW = VW * NV, /* panel width: queries per panel */
+    QK_MR = ATTN_QK_MR,
+    PV_MR = ATTN_PV_MR
+};
+_Static_assert(NV >= 1 && NV <= 4, "1 <= NV <= 4");
+_Static_assert(PW % 8 == 0, "the packing transposes 8 lanes at a time");
+_Static_assert(QK_MR >= 1 && QK_MR <= 14 && PV_MR >= 1 && PV_MR <= 14, "MR in 1..14");
+
+
+/* ---- micro-kernels ------------------------------------------------------ */
+
+/* S^T rows for mr keys: st[m][0:PW] = sum_d k[m][d] qt[d][0:PW] (the scale
+ * is in qt), -inf where key > query if mask (rel = key(m = 0) - query(lane
+ * 0)); the lane-wise max is folded into mx[0..NV). */
+VINL void qk_group(const int mr, const float *k, int64_t ldk, const float *qt, int64_t HD,
+                   bool mask, int rel, float *st, vf mx[NV]) {
+    vf c[QK_MR][NV];
+    const float *kr[QK_MR];
+#pragma GCC unroll 14
+    for (int m = 0; m < mr; m++) {
+        kr[m] = k + m * ldk;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[m][v] = vf_zero();
+    }
+    for (int64_t d = 0; d < HD; d++) {
+        vf b[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) b[v] = vf_load(qt + d * PW + VW * v);
+#pragma GCC unroll 14
+        for (int m = 0; m < mr; m++) {
+            const vf a = vf_bcast(kr[m] + d);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[m][v] = vf_fmadd(a, b[v], c[m][v]);
+        }
+    }
+    const vf ninf = vf_set1(-INFINITY);
+    const vi lane = vi_iota();
+#pragma GCC unroll 14
+    for (int m = 0; m < mr; m++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            vf s = c[m][v];
+            if (mask) /* key rel+m visible to lane l iff rel + m <= l */
+                s = vf_select(vi_lt(lane, vi_set1(rel + m - VW * v)), ninf, s);
+            vf_store(st + m * PW + VW * v, s);
+            mx[v] = vf_max(mx[v], s);
+        }
+    }
+}
+
+/* ot[m][0:PW] += sum_{j < n} v[j][m] pt[j][0:PW] for mr output dims (v
+ * points at V[k0] + c0, so the broadcasts read v + j*ldv + m). */
+VINL void pv_group(const int mr, const float *v, int64_t ldv, const float *pt, int64_t n,
+                   float *ot) {
+    vf c[PV_MR][NV];
+#pragma GCC unroll 14
+    for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) c[m][u] = vf_load(ot + m * PW + VW * u);
+    for (int64_t j = 0; j < n; j++) {
+        vf b[NV];
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) b[u] = vf_load(pt + j * PW + VW * u);
+        const float *vr = v + j * ldv;
+#pragma GCC unroll 14
+        for (int m = 0; m < mr; m++) {
+            const vf a = vf_bcast(vr + m);
+#pragma GCC unroll 4
+            for (int u = 0; u < NV; u++) c[m][u] = vf_fmadd(a, b[u], c[m][u]);
+        }
+    }
+#pragma GCC unroll 14
+    for (int m = 0; m < mr; m++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NV; u++) vf_store(ot + m * PW + VW * u, c[m][u]);
+}
+
+/* A switch over the tile heights 1..14 with compile-time mr; cases above
+ * MAXMR compile to nothing (split_of never produces them). */
+#define MR_CASE(k, MAXMR, CALL)                                                                 \
+    case k:                                                                                     \
+        if ((k) <= (MAXMR)) CALL(k);                                                            \
+        break;
+#define MR_SWITCH(mr, MAXMR, CALL)                                                              \
+    switch (mr) {                                                                               \
+        MR_CASE(14, MAXMR, CALL) MR_CASE(13, MAXMR, CALL) MR_CASE(12, MAXMR, CALL)              \
+        MR_CASE(11, MAXMR, CALL) MR_CASE(10, MAXMR, CALL) MR_CASE(9, MAXMR, CALL)               \
+        MR_CASE(8, MAXMR, CALL) MR_CASE(7, MAXMR, CALL) MR_CASE(6, MAXMR, CALL)                 \
+        MR_CASE(5, MAXMR, CALL) MR_CASE(4, MAXMR, CALL) MR_CASE(3, MAXMR, CALL)                 \
+        MR_CASE(2, MAXMR, CALL)                                                                 \
+    default: CALL(1); break;                                                                    \
+    }
+
+/* Splits n into ceil(n / mrmax) balanced groups: the first rem groups have
+ * base + 1 elements, the others base. */
+typedef struct {
+    int64_t base, rem;
+} split;
+VINL split split_of(int64_t n, int mrmax) {
+    const int64_t ng = (n + mrmax - 1) / mrmax;
+    split s = {n / ng, n % ng};
+    return s;
+}
+
+/* S^T for keys [k0, k0+n) of the panel whose lane 0 is query p0; k points
+ * at key k0's row. */
+static void qk_panel(const float *k, int64_t ldk, const float *qt, int64_t HD, int64_t n,
+                     bool causal, int64_t k0, int64_t p0, float *st, vf mx[NV]) {
+    const split sp = split_of(n, QK_MR);
+    int64_t g = 0;
+    for (int64_t i = 0; g < n; i++) {
+        const int mr = (int)(sp.base + (i < sp.rem));
+        const int64_t key = k0 + g;
+        const bool mask = causal && key + mr - 1 > p0;
+        /* with mask, -mr < key - p0 < PW (n stops at the panel's last query) */
+        const int rel = mask ? (int)(key - p0) : 0;
+        const float *kg = k + g * ldk;
+        float *sg = st + g * PW;
+#define QK_CALL(M) qk_group(M, kg, ldk, qt, HD, mask, rel, sg, mx)
+        MR_SWITCH(mr, QK_MR, QK_CALL)
+#undef QK_CALL
+        g += mr;
+    }
+}
+
+/* O^T[0:HD][0:PW] += sum_{j < n} V[k0 + j][:] P^T[j][0:PW]. */
+static void pv_panel(const float *v, int64_t ldv, const float *pt, int64_t n, int64_t HD,
+                     float *ot) {
+    const split sp = split_of(HD, PV_MR);
+    int64_t c = 0;
+    for (int64_t i = 0; c < HD; i++) {
+        const int mr = (int)(sp.base + (i < sp.rem));
+        const float *vc = v + c;
+        float *oc = ot + c * PW;
+#define PV_CALL(M) pv_group(M, vc, ldv, pt, n, oc)
+        MR_SWITCH(mr, PV_MR, PV_CALL)
+#undef PV_CALL
+        c += mr;
+    }
+}
+
+/* ---- dropout masks --------------------------------------------------------- */
+
+/* Philox4x32-10 on VW counters at once (one per lane); bit-identical to
+ * mha__philox4x32_10. */
+VINL void philox_lanes(vi c0, vi c1, vi c2, vi c3, uint32_t key0, uint32_t key1, vi w[4]) {
+    const vi M0 = vi_set1((int32_t)MHA_PHILOX_M0);
+    const vi M1 = vi_set1((int32_t)MHA_PHILOX_M1);
+    for (int r = 0; r < 10; r++) {
+        const vi K0 = vi_set1((int32_t)(key0 + (uint32_t)r * MHA_PHILOX_W0));
+        const vi K1 = vi_set1((int32_t)(key1 + (uint32_t)r * MHA_PHILOX_W1));
+        vi hi0, lo0, hi1, lo1;
+        vu_mulhilo(c0, M0, &hi0, &lo0);
+        vu_mulhilo(c2, M1, &hi1, &lo1);
+        c0 = vi_xor(vi_xor(hi1, c1), K0);
+        c1 = lo1;
+        c2 = vi_xor(vi_xor(hi0, c3), K1);
+        c3 = lo0;
+    }
+    w[0] = c0;
+    w[1] = c1;
+    w[2] = c2;
+    w[3] = c3;
+}
+
+/* Where the keep decisions come from: the dropout fields of
+ * mha__attn_args or mha__attn_bwd_args (BITMASK or PHILOX). */
+typedef struct {
+    mha__drop_mode drop;
+    const uint64_t *keep; /* BITMASK */
+    int64_t keep_ld;
+    uint64_t philox_seed, philox_stream; /* PHILOX */
+    uint32_t keep_threshold;
+} keep_src;
+
+/* Keep masks (set lane = keep) for keys jabs .. jabs+3 (jabs % 4 == 0) and
+ * the PW queries p0 .. p0+PW-1 of a panel: mk[r][v] covers lanes VW*v ..
+ * VW*v+VW-1. Rows past row_max (padding lanes) reuse row_max. */
+static void keep_masks(const keep_src *a, int64_t jabs, int64_t p0, int64_t row_max,
+                       vm mk[4][NV]) {
+    if (a->drop == MHA_DROP_PHILOX) {
+        const vi cj = vi_set1((int32_t)(uint32_t)((uint64_t)jabs >> 2));
+        const vi s0 = vi_set1((int32_t)(uint32_t)a->philox_stream);
+        const vi s1 = vi_set1((int32_t)(uint32_t)(a->philox_stream >> 32));
+        const vi thr = vi_set1((int32_t)a->keep_threshold);
+        const vi rows = vi_add(vi_set1((int32_t)(uint32_t)p0), vi_iota());
+        for (int v = 0; v < NV; v++) {
+            const vi rv = vi_add(rows, vi_set1(VW * v));
+            vi w[4];
+            philox_lanes(cj, rv, s0, s1, (uint32_t)a->philox_seed,
+                         (uint32_t)(a->philox_seed >> 32), w);
+            for (int r = 0; r < 4; r++) mk[r][v] = vu_lt(w[r], thr);
+        }
+    } else { /* BITMASK */
+        int32_t nib[PW];
+        const int64_t wj = jabs >> 6;
+        const int sh = (int)(jabs & 63);
+        for (int l = 0; l < PW; l++) {
+            const int64_t i = p0 + l <= row_max ? p0 + l : row_max;
+            nib[l] = (int32_t)((a->keep[i * a->keep_ld + wj] >> sh) & 15u);
+        }
+        for (int v = 0; v < NV; v++) {
+            const vi nv = vi_loadu(nib + VW * v);
+            for (int r = 0; r < 4; r++) mk[r][v] = vi_test(nv, vi_set1(1 << r));
+        }
+    }
+}
+
+/* ---- packing (256-bit whatever the layer) ---------------------------------- */
+
+/* In-place transpose of the 8x8 block r[0..7]. */
+VINL void transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* Q^T panel: qp[d][l] = scale * Q[p0 + l][d] for l < nv, 0 for the padding
+ * lanes. (The scale is folded into Q: one rounding, the same for every
+ * row whatever its lane.) */
+static void pack_qt(const float *q, int64_t ldq, int64_t p0, int nv, int64_t HD, float scale,
+                    float *qp) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int l0 = 0; l0 < PW; l0 += 8) {
+        if (l0 >= nv) { /* padding lanes only */
+            for (int64_t d = 0; d < HD; d++) _mm256_store_ps(qp + d * PW + l0, _mm256_setzero_ps());
+            continue;
+        }
+        int64_t d = 0;
+        for (; d + 8 <= HD; d += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = l0 + i < nv ? _mm256_mul_ps(_mm256_loadu_ps(q + (p0 + l0 + i) * ldq + d), sc)
+                                   : _mm256_setzero_ps();
+            transpose8(r);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(qp + (d + i) * PW + l0, r[i]);
+        }
+        for (; d < HD; d++)
+            for (int i = 0; i < 8; i++)
+                qp[d * PW + l0 + i] = l0 + i < nv ? scale * q[(p0 + l0 + i) * ldq + d] : 0.0f;
+    }
+}
+
+/* Whether `rows` rows (a key tile) `ld` floats apart crowd a 64-set cache
+ * with 64-byte lines (more than ATTN_CROWD of their lines in one set: 2^k-ish
+ * strides, e.g. a packed qkv buffer with D_out = 1024 or 4096). Such tiles
+ * are copied to contiguous scratch first; ordinary strides are read in
+ * place. */
+static bool crowded_scan(int64_t ld, int64_t HD, int64_t rows) {
+    unsigned cnt[64] = {0};
+    const int64_t lines = (HD * 4 + 63) / 64 + 1; /* a row may straddle */
+    for (int64_t j = 0; j < rows; j++) {
+        const int64_t l0 = j * ld * 4 / 64;
+        for (int64_t t = 0; t < lines && t < 64; t++)
+            if (++cnt[(l0 + t) & 63] > ATTN_CROWD) return true;
+    }
+    return false;
+}
+
+/* crowded_scan, memoised per thread (every call of a forward has the same
+ * strides; the scan is ~1% of a short call). */
+static bool crowded(int64_t ld, int64_t HD, int64_t rows) {
+    static _Thread_local int64_t memo_ld = -1, memo_hd = -1, memo_rows = -1;
+    static _Thread_local bool memo;
+    if (ld != memo_ld || HD != memo_hd || rows != memo_rows) {
+        memo = crowded_scan(ld, HD, rows);
+        memo_ld = ld;
+        memo_hd = HD;
+        memo_rows = rows;
+    }
+    return memo;
+}
+
+/* Prefetches rows [r0, r1) (n floats each) of a strided matrix. Rows of a
+ * packed qkv buffer are kilobytes apart, out of reach of the hardware
+ * stream prefetchers; issuing all of a q-block's Q rows at once lets the
+ * misses overlap (measured 1.5-4x faster Q packing from cold memory). */
+static void prefetch_rows(const float *x, int64_t ld, int64_t r0, int64_t r1, int64_t n) {
+    if (n <= 0) return;
+    for (int64_t r = r0; r < r1; r++) {
+        const char *p = (const char *)(const void *)(x + r * ld);
+        const char *e = (const char *)(const void *)(x + r * ld + n - 1);
+        for (; p <= e; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+        _mm_prefetch(e, _MM_HINT_T0);
+    }
+}
+
+#endif
