@@ -51,6 +51,11 @@ void mha__format_double(char *buf, size_t cap, double x);
  * spaces, hex, inf or nan), read in the C locale. false otherwise. */
 bool mha__parse_double(const char *s, double *out);
 
+/* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above
+ * U+10FFFF. The offset of the first byte that does not start a valid
+ * sequence, or len when all of s is valid. */
+size_t mha__utf8_check(const unsigned char *s, size_t len);
+
 /* Round up to a multiple of 64 (bytes), for carving workspaces. */
 static inline size_t mha__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
 

@@ -143,36 +143,9 @@ static char *dup_str(const char *s) {
  * U+10FFFF; NUL is rejected as well. Returns the offset of the first bad
  * byte, or len when all is well. */
 static size_t utf8_check(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c == 0) return i;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) {
-            n = 2;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            n = 3;
-            if (c == 0xE0) lo = 0xA0;      /* overlong */
-            else if (c == 0xED) hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 4;
-            if (c == 0xF0) lo = 0x90;      /* overlong */
-            else if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
-        } else {
-            return i; /* continuation byte, C0/C1, F5..FF */
-        }
-        if (len - i < n) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k < n; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += n;
-    }
-    return len;
+    const unsigned char *nul = memchr(s, 0, len);
+    const size_t n = nul ? (size_t)(nul - s) : len;
+    return mha__utf8_check(s, n); /* the NUL's offset when the bytes before it are valid */
 }
 
 static bool is_hex(unsigned char c) {

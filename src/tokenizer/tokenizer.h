@@ -31,11 +31,6 @@ extern const size_t mha__uc_n_segments;
 /* Class of code point cp (<= U+10FFFF). */
 int mha__uc_class(uint32_t cp);
 
-/* Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
- * U+10FFFF; NUL is a character like any other). Returns the offset of the
- * first byte that does not begin a valid sequence, or len when all is
- * well. */
-size_t mha__utf8_check(const unsigned char *s, size_t len);
 
 /* GPT-2's pre-tokenizer, gpt-3-encoder's pattern
  *   /'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+/gu
