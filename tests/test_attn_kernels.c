@@ -49,17 +49,6 @@ static fast_kernel fast[MAX_FAST];
 static int n_fast;
 
 
-/* ---- deterministic random numbers (splitmix64) -------------------------- */
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rng_uniform(void) { /* [-1, 1) */
-    return (float)((double)(rng_u64() >> 40) * 0x1p-23 - 1.0);
-}
 
 /* ---- 1. Philox ---------------------------------------------------------- */
 static void test_philox(void) {

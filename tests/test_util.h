@@ -9,6 +9,7 @@
 #include "mha.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,19 @@ static inline mha_config test_config(mha_kind kind, int64_t d_in, int64_t d_out,
 static inline void test_fill(float *x, size_t n, unsigned seed) {
     srand(seed);
     for (size_t i = 0; i < n; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+}
+
+/* Deterministic random numbers (splitmix64) for the kernel tests: one
+ * stream per program, seeded with rng_state's initial value. */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static inline uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float rng_uniform(void) { /* [-1, 1) */
+    return (float)((double)(rng_u64() >> 40) * 0x1p-23 - 1.0);
 }
 
 #define TEST_END(name)                                                    \
