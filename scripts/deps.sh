@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libcjson-dev libdnnl-dev libopenblas-dev)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(python3 python3-torch python3-numpy)
+  # chromium: the SVG pictures rendered headless (tests/svg_browser.py)
+  pkgs+=(python3 python3-torch python3-numpy chromium)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
