@@ -4,8 +4,9 @@
 set -euo pipefail
 pkgs=(gcc make cmake pkg-config libcjson-dev libdnnl-dev libopenblas-dev)
 if [ "${1:-}" = "--test" ]; then
-  # chromium: the SVG pictures rendered headless (tests/svg_browser.py)
-  pkgs+=(python3 python3-torch python3-numpy chromium)
+  # chromium: the SVG pictures rendered headless (tests/svg_browser.py);
+  # pytest and pip: the Python binding's tests and its offline install
+  pkgs+=(python3 python3-torch python3-numpy chromium python3-pytest python3-pip)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
