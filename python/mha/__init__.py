@@ -213,6 +213,31 @@ class _Node:
         return "<%s of %r>" % (self._prefix.rstrip("."), self._module)
 
 
+_AUTOGRAD = None
+
+
+def _autograd():
+    """A torch.autograd.Function around a module's forward and backward."""
+    global _AUTOGRAD
+    if _AUTOGRAD is None:
+        import torch
+
+        class ModuleFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, module):
+                a, _ = _to_numpy(x, type(module).__name__)
+                y = module._forward(a, "torch", True)
+                ctx.module, ctx.forward_id = module, module._forwards
+                return torch.from_numpy(y)
+
+            @staticmethod
+            def backward(ctx, dy):
+                return ctx.module._backward(dy, ctx.forward_id), None
+
+        _AUTOGRAD = ModuleFunction
+    return _AUTOGRAD
+
+
 # ---- the modules -------------------------------------------------------------
 
 IncompatibleKeys = collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -257,7 +282,8 @@ class Module:
     def _adopt(self, h):
         self._h = h
         self._tape = None
-        self._saved = None  # (x, B, T, kind) of the forward the tape holds
+        self._saved = None  # (x, kind, forward number) of the forward the tape holds
+        self._forwards = 0
         self.training = True
         self._cfg = _L.mha_module_config(h).contents
         self._names = []
@@ -315,8 +341,16 @@ class Module:
         array or torch tensor (other real values are converted to float32).
         Returns the same kind. In training mode dropout draws from the global
         generator, as torch does. Unless in no_grad(), what backward needs is
-        recorded."""
+        recorded; a torch tensor that requires grad gives an output in torch's
+        autograd graph, whose backward runs this module's (x.grad, and the
+        module's own grads())."""
         a, kind = _to_numpy(x, type(self).__name__)
+        record = _grad_enabled()
+        if kind == "torch" and record and x.requires_grad:
+            return _autograd().apply(x, self)
+        return _like(self._forward(a, kind, record), kind)
+
+    def _forward(self, a, kind, record):
         want = 3 if self._batched() else 2
         if a.ndim != want:
             raise ValueError("%s takes x of shape %s, got %d dimensions %s" % (
@@ -328,7 +362,7 @@ class Module:
         y = np.empty(a.shape[:-1] + (self._width(),), dtype=np.float32)
         opts = _lib.ForwardOpts(training=int(self.training), rng=0, generator=_gen.value)
         what = "%s forward" % type(self).__name__
-        if _grad_enabled():
+        if record:
             if self._tape is None:
                 t = _lib.c_void_p()
                 _check(_L.mha_tape_create(_lib.ctypes.byref(t)), "tape")
@@ -336,21 +370,28 @@ class Module:
             self._saved = None
             _check(_L.mha_module_forward_tape(self._h, _ptr(y), _ptr(a), B, T, _lib.ctypes.byref(opts),
                                               self._tape, None, 0), what)
-            self._saved = (a, kind)
+            self._forwards += 1
+            self._saved = (a, kind, self._forwards)
         else:
             _check(_L.mha_module_forward_ex(self._h, _ptr(y), _ptr(a), B, T, _lib.ctypes.byref(opts), None, 0),
                    what)
-        return _like(y, kind)
+        return y
 
     def backward(self, dy):
         """y.backward(dy) for the last forward: returns dx (x's shape and kind)
         and accumulates every parameter's gradient (see grads(); zero_grad()
         clears them). One backward per forward, with the parameters as they
         were at the forward."""
+        return self._backward(dy, None)
+
+    def _backward(self, dy, forward_id):
         if self._saved is None:
             raise Error(-1, "no forward to go back through: call the module first (outside no_grad()), "
                             "once per backward", "backward")
-        x, kind = self._saved
+        x, kind, fid = self._saved
+        if forward_id is not None and forward_id != fid:
+            raise Error(-1, "the module ran forward again before this output's backward: mha keeps one "
+                            "forward per module for backward", "backward")
         g, _ = _to_numpy(dy, "dy")
         want = x.shape[:-1] + (self._width(),)
         if g.shape != want:

@@ -419,3 +419,24 @@ def test_pip_install_offline(tmp_path):
     p = _python(code, {"PYTHONPATH": str(target), "MHA_LIBRARY": mha.library_path}, str(tmp_path))
     assert p.returncode == 0, p.stderr
     assert p.stdout.split()[0].startswith(str(target)) and p.stdout.split()[1] == mha.__version__
+
+
+def test_torch_autograd_through_the_module():
+    """a tensor that requires grad: the output is in torch's graph, and
+    loss.backward() fills x.grad (and the module's grads) as the book's class"""
+    cfg = dict(d_in=4, d_out=6, context_length=5, dropout=0.0, num_heads=2, qkv_bias=False)
+    tm, m = construct_both("MultiHeadAttention", cfg, 21)
+    x = torch.rand(2, 5, 4)
+    tx, mx = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (tm(tx) ** 2).sum().backward()
+    y = m(mx)
+    assert y.requires_grad and y.grad_fn is not None
+    (y ** 2).sum().backward()
+    assert_close(mx.grad.numpy(), tx.grad.numpy(), "x.grad", tol=1e-4)
+    gmax = max(float(p.grad.abs().max()) for p in tm.parameters())
+    for k, p in tm.named_parameters():
+        assert_close(m.grad(k), p.grad.numpy(), "grad " + k, tol=1e-4, scale=gmax)
+    y1 = m(mx)
+    m(mx)
+    with pytest.raises(mha.Error, match="ran forward again"):
+        y1.sum().backward()
