@@ -182,7 +182,8 @@ def _try(path):
             return None, "not found"
         if _needs_asan(path) and not _asan_runtime_loaded():
             return None, ("built with AddressSanitizer; preload its runtime "
-                          "(LD_PRELOAD=$(gcc -print-file-name=libasan.so)) to use it")
+                          "(LD_PRELOAD=$(gcc -print-file-name=libasan.so), with libstdc++.so when torch is used) "
+                          "to use it")
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
