@@ -24,6 +24,7 @@ import contextlib
 import operator
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -77,6 +78,9 @@ def _torch_variant():
 
 
 _VARIANT = _torch_variant()
+# One generator for the process, as torch's: calls that draw from it hold
+# this lock (ctypes releases the GIL during a call).
+_gen_lock = threading.RLock()
 _gen = _lib.c_void_p()
 _check(_L.mha_generator_create(TORCH_DEFAULT_SEED, _lib.ctypes.byref(_gen)), "generator")
 _L.mha_generator_set_variant(_gen, _VARIANT)
@@ -88,7 +92,8 @@ def manual_seed(seed):
     seed = operator.index(seed)
     if not -(1 << 63) <= seed < (1 << 64):
         raise ValueError("seed must be in [-2**63, 2**64), got %d" % seed)
-    _L.mha_generator_manual_seed(_gen, seed & ((1 << 64) - 1))
+    with _gen_lock:
+        _L.mha_generator_manual_seed(_gen, seed & ((1 << 64) - 1))
 
 
 def _size(size):
@@ -100,14 +105,16 @@ def _size(size):
 def rand(*size):
     """torch.rand(*size) from the global generator, as a float32 array."""
     out = np.empty(_size(size), dtype=np.float32)
-    _L.mha_generator_uniform(_gen, _ptr(out), out.size, 0.0, 1.0)
+    with _gen_lock:
+        _L.mha_generator_uniform(_gen, _ptr(out), out.size, 0.0, 1.0)
     return out
 
 
 def randn(*size):
     """torch.randn(*size) from the global generator, as a float32 array."""
     out = np.empty(_size(size), dtype=np.float32)
-    _L.mha_generator_normal(_gen, _ptr(out), out.size, 0.0, 1.0)
+    with _gen_lock:
+        _L.mha_generator_normal(_gen, _ptr(out), out.size, 0.0, 1.0)
     return out
 
 
@@ -151,10 +158,10 @@ def _to_numpy(x, what):
     caller's later changes cannot reach what a backward pass uses."""
     if _is_torch(x):
         return x.detach().to("cpu").float().contiguous().numpy().copy(), "torch"
-    a = np.array(x, dtype=np.float32, order="C", copy=True)
-    if a.dtype != np.float32:
-        raise TypeError("%s: expected float32 values" % what)
-    return a, "numpy"
+    try:
+        return np.array(x, dtype=np.float32, order="C", copy=True), "numpy"
+    except (TypeError, ValueError) as e:
+        raise TypeError("%s: expected an array of float32 values: %s" % (what, e)) from None
 
 
 def _like(a, kind):
@@ -197,6 +204,8 @@ class _Node:
         self._module, self._prefix = module, prefix
 
     def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
         return self._module._lookup(self._prefix + name)
 
     def __getitem__(self, i):
@@ -271,7 +280,8 @@ class Module:
         h = _lib.c_void_p()
         _check(_L.mha_module_create(_lib.ctypes.byref(c), _lib.ctypes.byref(h)), type(self).__name__)
         self._adopt(h)
-        _check(_L.mha_module_init(self._h, _gen), type(self).__name__)
+        with _gen_lock:
+            _check(_L.mha_module_init(self._h, _gen), type(self).__name__)
 
     @classmethod
     def _wrap(cls, h):
@@ -362,6 +372,11 @@ class Module:
         y = np.empty(a.shape[:-1] + (self._width(),), dtype=np.float32)
         opts = _lib.ForwardOpts(training=int(self.training), rng=0, generator=_gen.value)
         what = "%s forward" % type(self).__name__
+        with _gen_lock if self.training else contextlib.nullcontext():
+            self._run_forward(y, a, kind, B, T, opts, record, what)
+        return y
+
+    def _run_forward(self, y, a, kind, B, T, opts, record, what):
         if record:
             if self._tape is None:
                 t = _lib.c_void_p()
@@ -375,7 +390,6 @@ class Module:
         else:
             _check(_L.mha_module_forward_ex(self._h, _ptr(y), _ptr(a), B, T, _lib.ctypes.byref(opts), None, 0),
                    what)
-        return y
 
     def backward(self, dy):
         """y.backward(dy) for the last forward: returns dx (x's shape and kind)
