@@ -398,6 +398,10 @@ static int cmd_trace(int argc, char **argv) {
     } else {
         mha_generator_uniform(g, x, nx, 0.0, 1.0);
     }
+    if (svg) { /* a file that cannot be written fails before anything is printed */
+        FILE *f = fopen(svg, "w");
+        if (!f || fclose(f) != 0) cli_die("%s: cannot write: %s", svg, strerror(errno));
+    }
     printf("MultiHeadAttention(d_in=%lld, d_out=%lld, context_length=%lld, dropout=%g, num_heads=%lld, "
            "qkv_bias=%s), torch.manual_seed(%llu)\n",
            (long long)o.cfg.d_in, (long long)o.cfg.d_out, (long long)o.cfg.context_length, o.cfg.dropout,
