@@ -400,7 +400,15 @@ static int cmd_trace(int argc, char **argv) {
     }
     if (svg) { /* a file that cannot be written fails before anything is printed */
         FILE *f = fopen(svg, "w");
-        if (!f || fclose(f) != 0) cli_die("%s: cannot write: %s", svg, strerror(errno));
+        if (!f || fclose(f) != 0) {
+            const int err = errno;
+            free(x); /* freed first, so that a leak checker sees no leak at exit */
+            free(words);
+            free(labels_copy);
+            mha_generator_free(g);
+            mha_module_free(m);
+            cli_die("%s: cannot write: %s", svg, strerror(err));
+        }
     }
     printf("MultiHeadAttention(d_in=%lld, d_out=%lld, context_length=%lld, dropout=%g, num_heads=%lld, "
            "qkv_bias=%s), torch.manual_seed(%llu)\n",
