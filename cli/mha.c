@@ -3,7 +3,9 @@
  * The only code in the project that prints or exits. */
 #include "cli.h"
 #include "mha.h"
+#include "svg.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -268,12 +270,15 @@ static bool module_opt(module_opts *o, int argc, char **argv, int *i) {
 typedef struct {
     int64_t max_values;
     int n;
+    float *weights; /* (H, T, T): the first sequence's softmax weights, for --svg */
 } trace_state;
 
 static void trace_step(void *user, const char *step, const char *expr, int ndim, const int64_t *shape,
                        const float *data) {
     trace_state *ts = user;
     int64_t n = 1;
+    if (ts->weights && strcmp(step, "softmax") == 0 && ndim == 4) /* (B, H, T, T): keep b = 0 */
+        memcpy(ts->weights, data, (size_t)(shape[1] * shape[2] * shape[3]) * sizeof(float));
     printf("\n[%d] %s: %s\n    shape (", ++ts->n, step, expr);
     for (int k = 0; k < ndim; k++) {
         printf("%s%lld", k ? ", " : "", (long long)shape[k]);
@@ -309,12 +314,13 @@ static int cmd_trace(int argc, char **argv) {
     o.seed = 123;
     int64_t B = 2, T = 6, max_values = 200;
     bool train = false, custom = false;
+    const char *svg = NULL, *labels = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (is_help(a)) {
             puts("usage: mha trace [--batch B] [--tokens T] [--d-in N] [--d-out N] [--num-heads H]\n"
                  "                 [--context-length N] [--dropout P] [--qkv-bias] [--seed S]\n"
-                 "                 [--train] [--max-values N]\n\n"
+                 "                 [--train] [--max-values N] [--svg FILE [--labels \"W1 W2 ...\"]]\n\n"
                  "Follows one tensor through MultiHeadAttention's forward pass: project, view,\n"
                  "transpose, scores, mask, scale + softmax, dropout, context, transpose back,\n"
                  "concatenate, out_proj; each step with its shape and, when it has at most\n"
@@ -323,7 +329,12 @@ static int cmd_trace(int argc, char **argv) {
                  "seed 123, the input \"Your journey starts with one step\" twice. With other\n"
                  "sizes the input is torch.rand(b, T, d_in) drawn right after the module's init\n"
                  "from the same seeded generator. context_length defaults to T. --train applies\n"
-                 "dropout with PyTorch's mask, drawn after the input.");
+                 "dropout with PyTorch's mask, drawn after the input.\n\n"
+                 "--svg FILE also draws each head's attention weights (after the causal mask and\n"
+                 "the softmax, before dropout) for the batch's first sequence: one heat map per\n"
+                 "head, labelled with the tokens (the book's words for its input; --labels gives\n"
+                 "T words; otherwise positions), with a colour scale; a self-contained SVG file\n"
+                 "for any browser. Up to 256 tokens.");
             return 0;
         }
         if (module_opt(&o, argc, argv, &i)) {
@@ -338,12 +349,37 @@ static int cmd_trace(int argc, char **argv) {
             max_values = cli_parse_int(a, v, 0, (int64_t)1 << 40), i++;
         } else if (strcmp(a, "--train") == 0) {
             train = true;
+        } else if (strcmp(a, "--svg") == 0) {
+            if (!v) cli_die("--svg needs a file name");
+            svg = argv[++i];
+        } else if (strcmp(a, "--labels") == 0) {
+            if (!v) cli_die("--labels needs the tokens' words, e.g. \"Your journey starts\"");
+            labels = argv[++i];
         } else {
             cli_die("trace: unknown option '%s' (see mha trace --help)", a);
         }
     }
+    if (labels && !svg) cli_die("trace: --labels only applies with --svg");
+    if (svg && T > 256) cli_die("trace: --svg draws up to 256 tokens, not %lld", (long long)T);
+    if (svg && o.cfg.num_heads > 64) cli_die("trace: --svg draws up to 64 heads, not %lld", (long long)o.cfg.num_heads);
     if (!o.have_ctx) o.cfg.context_length = T;
     if (custom && o.cfg.d_in == 3 && T <= 6 && B <= 2 && !o.have_d_in) custom = T != 6 || B != 2;
+    /* --svg's labels, checked before anything is printed */
+    char **words = NULL, *labels_copy = NULL;
+    if (svg) {
+        words = cli_malloc((size_t)T * sizeof *words);
+        if (labels) {
+            size_t k = 0, len = strlen(labels);
+            char *save = NULL;
+            labels_copy = cli_malloc(len + 1);
+            memcpy(labels_copy, labels, len + 1);
+            for (char *w = strtok_r(labels_copy, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+                if (k == (size_t)T) cli_die("trace: --labels has more words than the %lld tokens", (long long)T);
+                words[k++] = w;
+            }
+            if (k != (size_t)T) cli_die("trace: --labels has %zu words for %lld tokens", k, (long long)T);
+        }
+    }
     mha_module *m = NULL;
     mha_generator *g = NULL;
     cli_check(mha_module_create(&o.cfg, &m), "MultiHeadAttention");
@@ -362,6 +398,18 @@ static int cmd_trace(int argc, char **argv) {
     } else {
         mha_generator_uniform(g, x, nx, 0.0, 1.0);
     }
+    if (svg) { /* a file that cannot be written fails before anything is printed */
+        FILE *f = fopen(svg, "w");
+        if (!f || fclose(f) != 0) {
+            const int err = errno;
+            free(x); /* freed first, so that a leak checker sees no leak at exit */
+            free(words);
+            free(labels_copy);
+            mha_generator_free(g);
+            mha_module_free(m);
+            cli_die("%s: cannot write: %s", svg, strerror(err));
+        }
+    }
     printf("MultiHeadAttention(d_in=%lld, d_out=%lld, context_length=%lld, dropout=%g, num_heads=%lld, "
            "qkv_bias=%s), torch.manual_seed(%llu)\n",
            (long long)o.cfg.d_in, (long long)o.cfg.d_out, (long long)o.cfg.context_length, o.cfg.dropout,
@@ -371,8 +419,47 @@ static int cmd_trace(int argc, char **argv) {
            book ? "the book's batch (\"Your journey starts with one step\" twice)" : "torch.rand(b, T, d_in)",
            train ? "training" : "eval");
     float *y = cli_malloc((size_t)(B * T * o.cfg.d_out) * sizeof(float));
-    trace_state ts = {max_values, 0};
+    trace_state ts = {max_values, 0, NULL};
+    if (svg) {
+        for (int64_t t = 0; !labels && t < T; t++) {
+            words[t] = cli_malloc(24);
+            if (book) snprintf(words[t], 24, "%s", book_tokens[t]);
+            else snprintf(words[t], 24, "%lld", (long long)t);
+        }
+        const size_t nw = (size_t)(o.cfg.num_heads * T * T);
+        ts.weights = cli_malloc(nw * sizeof(float));
+        memset(ts.weights, 0, nw * sizeof(float));
+    }
     cli_check(mha_module_forward_traced(m, y, x, B, T, train ? g : NULL, trace_step, &ts), "trace");
+    if (svg) {
+        const int64_t H = o.cfg.num_heads;
+        char(*names)[32] = cli_malloc((size_t)H * sizeof *names);
+        const char **titles = cli_malloc((size_t)H * sizeof *titles);
+        for (int64_t h = 0; h < H; h++) {
+            snprintf(names[h], sizeof names[h], "head %lld", (long long)h);
+            titles[h] = names[h];
+        }
+        char title[256];
+        snprintf(title, sizeof title,
+                 "MultiHeadAttention(d_in=%lld, d_out=%lld, num_heads=%lld), seed %llu: attention weights%s",
+                 (long long)o.cfg.d_in, (long long)o.cfg.d_out, (long long)H, (unsigned long long)o.seed,
+                 B > 1 ? " of the first sequence" : "");
+        const svg_heatmap_opts so = {.map_titles = titles,
+                                     .row_labels = (const char *const *)words,
+                                     .col_labels = (const char *const *)words,
+                                     .causal = 1,
+                                     .note = "softmax(q k^T / sqrt(head_dim)) after the causal mask; "
+                                             "rows: queries, columns: keys"};
+        if (svg_heatmaps(svg, title, ts.weights, H, T, T, &so) != 0)
+            cli_die("%s: cannot write: %s", svg, strerror(errno));
+        printf("\nwrote %s: the attention weights of %lld head%s\n", svg, (long long)H, H > 1 ? "s" : "");
+        for (int64_t t = 0; !labels && t < T; t++) free(words[t]);
+        free(labels_copy);
+        free(words);
+        free(titles);
+        free(names);
+        free(ts.weights);
+    }
     free(x);
     free(y);
     mha_generator_free(g);
@@ -607,38 +694,78 @@ static void usage(FILE *f) {
             "Causal multi-head attention from chapter 3 of \"Build a Large Language Model (From\n"
             "Scratch)\", exact to PyTorch.\n\n"
             "commands:\n"
-            "  demo    the book's running example through every module, as the book prints it\n"
-            "  trace   follow one tensor through MultiHeadAttention's forward pass\n"
-            "  init    PyTorch's initial parameters for a seed, as safetensors\n"
-            "  run     run a saved module on an input tensor\n"
-            "  train   train an attention layer on a small task, with pictures of what it learned\n"
-            "  generate  continue a prompt with a GPTModel (the book's or Hugging Face GPT-2 weights)\n"
-            "  tokenize  GPT-2's tokenizer: text to token ids (--decode: ids to text)\n"
-            "  bench   time a module's forward pass (--backward: a training step)\n\n"
-            "mha COMMAND --help shows a command's options; mha --version the version.\n");
+            "  demo     the book's running example through every module, as the book prints it\n"
+            "  trace    follow one tensor through MultiHeadAttention's forward pass (--svg: draw\n"
+            "           each head's attention weights)\n"
+            "  init     PyTorch's initial parameters for a seed, as safetensors\n"
+            "  run      run a saved module on an input tensor\n"
+            "  grad     forward and backward of a saved module: y, dx and every parameter's gradient\n"
+            "  train    train an attention layer on a small task, with pictures of what it learned\n"
+            "  generate continue a prompt with a GPTModel (the book's or Hugging Face GPT-2 weights)\n"
+            "  tokenize GPT-2's tokenizer: text to token ids (--decode: ids to text)\n"
+            "  bench    time a module's forward pass (--backward: a training step; GPTModel: prefill\n"
+            "           and decode)\n"
+            "  help     this list; mha help COMMAND shows a command's options\n"
+            "  version  the version, kernels, GEMM backend and threads (also mha --version)\n\n"
+            "mha COMMAND --help shows a command's options. Bash completion: source\n"
+            "share/bash-completion/completions/mha (installed) or scripts/mha-completion.bash.\n");
+}
+
+static int cmd_version(int argc, char **argv) {
+    for (int i = 2; i < argc; i++) {
+        if (is_help(argv[i])) {
+            puts("usage: mha version (or mha --version)\n\n"
+                 "Prints the version of mha (the library's mha_version(), the installed package's\n"
+                 "version), the attention kernels in use (MHA_ISA caps them), the projection GEMM\n"
+                 "backend and the number of threads.");
+            return 0;
+        }
+        cli_die("version: unexpected argument '%s'", argv[i]);
+    }
+    printf("mha %s (kernels %s, projections %s, %d threads)\n", mha_version(), mha_runtime_isa(),
+           mha_runtime_blas(), mha_runtime_threads());
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) { return cmd_run_or_grad(argc, argv, false); }
+static int cmd_bench(int argc, char **argv) {
+    return argc > 2 && strcmp(argv[2], "GPTModel") == 0 ? mha_cli_bench_gpt(argc, argv) : mha_cli_bench(argc, argv);
+}
+static int cmd_grad(int argc, char **argv) { return cmd_run_or_grad(argc, argv, true); }
+
+/* The commands with options; each takes the whole argv (argv[1] is its name). */
+static const struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} commands[] = {
+    {"demo", cmd_demo}, {"trace", cmd_trace}, {"init", cmd_init},         {"run", cmd_run},
+    {"grad", cmd_grad}, {"train", mha_cli_train}, {"bench", cmd_bench}, {"version", cmd_version},
+    {"generate", mha_cli_generate}, {"tokenize", mha_cli_tokenize},
+};
+
+static int (*find_command(const char *name))(int, char **) {
+    for (size_t k = 0; k < sizeof commands / sizeof commands[0]; k++)
+        if (strcmp(name, commands[k].name) == 0) return commands[k].fn;
+    return NULL;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) cli_die("no command given (try mha --help)");
     const char *cmd = argv[1];
-    if (is_help(cmd)) {
+    if (is_help(cmd) || (strcmp(cmd, "help") == 0 && (argc == 2 || is_help(argv[2])))) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-        printf("mha %s (kernels %s, projections %s, %d threads)\n", mha_version(), mha_runtime_isa(),
-               mha_runtime_blas(), mha_runtime_threads());
-        return 0;
+    if (strcmp(cmd, "help") == 0) { /* mha help COMMAND is mha COMMAND --help */
+        if (argc > 3) cli_die("help: one command at a time (mha help COMMAND)");
+        int (*fn)(int, char **) = find_command(argv[2]);
+        if (!fn) cli_die("help: unknown command '%s' (mha help lists them)", argv[2]);
+        char help[] = "--help";
+        char *args[] = {argv[0], argv[2], help, NULL};
+        return fn(3, args);
     }
-    if (strcmp(cmd, "demo") == 0) return cmd_demo(argc, argv);
-    if (strcmp(cmd, "trace") == 0) return cmd_trace(argc, argv);
-    if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
-    if (strcmp(cmd, "run") == 0) return cmd_run_or_grad(argc, argv, false);
-    if (strcmp(cmd, "grad") == 0) return cmd_run_or_grad(argc, argv, true);
-    if (strcmp(cmd, "bench") == 0)
-        return argc > 2 && strcmp(argv[2], "GPTModel") == 0 ? mha_cli_bench_gpt(argc, argv) : mha_cli_bench(argc, argv);
-    if (strcmp(cmd, "train") == 0) return mha_cli_train(argc, argv);
-    if (strcmp(cmd, "generate") == 0) return mha_cli_generate(argc, argv);
-    if (strcmp(cmd, "tokenize") == 0) return mha_cli_tokenize(argc, argv);
-    cli_die("unknown command '%s' (try mha --help)", cmd);
+    if (strcmp(cmd, "--version") == 0) return cmd_version(2, argv);
+    int (*fn)(int, char **) = find_command(cmd);
+    if (!fn) cli_die("unknown command '%s' (try mha --help)", cmd);
+    return fn(argc, argv);
 }

@@ -249,7 +249,9 @@ static void pictures(const char *dir, const task_cfg *c, task *k, mha_module *m,
     snprintf(title, sizeof title, "attention weights of each head on one sequence (the target of query t is key t - %lld)",
              (long long)c->lag);
     p = path_in(dir, "attention.svg");
-    if (svg_heatmaps(p, title, g.w, H, T, T, titles, rows) != 0) cli_die("%s: cannot write: %s", p, strerror(errno));
+    const svg_heatmap_opts so = {.map_titles = titles, .row_labels = rows, .causal = 1,
+                                 .note = "rows: queries (position: token), columns: keys; darker = more weight"};
+    if (svg_heatmaps(p, title, g.w, H, T, T, &so) != 0) cli_die("%s: cannot write: %s", p, strerror(errno));
     free(p);
     free(g.w);
     free(tbuf);

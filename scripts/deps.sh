@@ -8,7 +8,9 @@ test=0
 [ "${1:-}" = "--test" ] && test=1
 pkgs=(gcc make cmake pkg-config libcjson-dev libdnnl-dev libopenblas-dev)
 if [ $test = 1 ]; then
-  pkgs+=(python3 python3-torch python3-numpy)
+  # chromium: the SVG pictures rendered headless (tests/svg_browser.py);
+  # pytest and pip: the Python binding's tests and its offline install
+  pkgs+=(python3 python3-torch python3-numpy chromium python3-pytest python3-pip)
   # node and npm from Debian unless the machine has them already (from
   # NodeSource, say, whose nodejs package conflicts with Debian's npm).
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)

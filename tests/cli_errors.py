@@ -256,6 +256,23 @@ def run_all(s):
             commands.append(m.group(1))
     for cmd in commands:
         s.ok("%s --help" % cmd, [cmd, "--help"], r"%s|usage" % re.escape(cmd))
+    s.ok("help", ["help"], r"trace")
+    s.ok("help trace", ["help", "trace"], r"--svg")
+    s.error("help unknown", ["help", "nosuch"], r"unknown command 'nosuch'")
+    s.error("help two", ["help", "run", "init"], r"one command")
+    s.error("version extra", ["version", "x"], r"unexpected argument 'x'")
+
+    # ---- trace --svg ------------------------------------------------------
+    svg = s.path("trace.svg")
+    s.error("trace --labels without --svg", ["trace", "--labels", "a b"], r"--labels only applies with --svg")
+    s.error("trace --svg no file", ["trace", "--svg"], r"--svg needs a file")
+    s.error("trace --labels count", ["trace", "--svg", svg, "--labels", "Your journey"], r"2 words for 6 tokens",
+            out=svg)
+    s.error("trace --labels too many", ["trace", "--svg", svg, "--tokens", "2", "--labels", "a b c"],
+            r"more words than the 2 tokens", out=svg)
+    s.error("trace --svg too long", ["trace", "--svg", svg, "--tokens", "300"], r"up to 256 tokens", out=svg)
+    s.error("trace --svg unwritable", ["trace", "--svg", s.path("no/such/dir/a.svg")], r"no/such/dir/a.svg")
+    s.ok("trace --svg", ["trace", "--svg", svg, "--max-values", "0"], r"wrote .*trace.svg")
 
     # ---- base files -------------------------------------------------------
     mcfg = dict(d_in=3, d_out=4, context_length=6, dropout=0.1, num_heads=2, qkv_bias=True)
