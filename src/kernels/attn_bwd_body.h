@@ -25,9 +25,10 @@
  *   P = exp((S - mx) - log l), m = keep ? drop_scale : 0 (1 without
  *   dropout), PM = P m, dS = scale * P (m dP - delta)
  * ((mx, log l): the forward's row statistics; no horizontal reductions:
- * they and delta are one vector per panel). The
- * two products that reduce over queries, into the key tile's accumulators,
- *   dV[j][c] += sum_i PM^T[j][i] dO[i][c],   dK[j][c] += sum_i dS^T[j][i] Q[i][c],
+ * they and delta are one vector per panel). The two products that reduce
+ * over queries, into the key tile's accumulators,
+ *   dV[j][c] += sum_i PM^T[j][i] dO[i][c]
+ *   dK[j][c] += sum_i dS^T[j][i] Q[i][c]
  * take the lanes along the head dims instead (op_group: broadcast PM^T or
  * dS^T, load OP_NV vectors of a dO or Q row; OP_MR keys x OP_NV vectors of
  * accumulators), over a whole q-block of rows at a time. So each q panel is
@@ -61,9 +62,9 @@
  * what a row cannot see contributes exact zeros (P = exp(-inf) = 0). So dK
  * and dV do not depend on how the caller splits the keys, and dQ depends
  * only on the key tiles (fixed by k_begin, k_end and KB): dq[i] += the
- * tile's sum, tile after tile in increasing key order. With the same tunables every
- * layer gives the same bits (the tests check simd_avx2.h against the
- * emulation of simd_avx512.h).
+ * tile's sum, tile after tile in increasing key order. With the same
+ * tunables every layer gives the same bits (the tests check simd_avx2.h
+ * against the emulation of simd_avx512.h).
  *
  * Dropout: the keep decisions of (row i, key j) are the forward's:
  * BITMASK bits or PHILOX recomputed by attn_panel.h's keep_masks (one
@@ -292,14 +293,15 @@ static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq
                 const int nvd = (int)(nvec - u0 < OP_NV ? nvec - u0 : OP_NV);
                 const float *a = buf + j * PW, *r = rows + VW * u0;
                 float *cc = acc + j * HDP + VW * u0;
+/* a switch over nvd (1 .. OP_NV, compile-time in each case) */
 #define OP_NV_CASE(M, N)                                                                        \
     case N:                                                                                     \
         if ((N) <= OP_NV) op_group(M, N, a, r, HDP, l0, nq, cc, HDP);                            \
         break;
 #define OP_CALL(M)                                                                              \
     switch (nvd) {                                                                              \
-        OP_NV_CASE(M, 4) OP_NV_CASE(M, 3) OP_NV_CASE(M, 2) default : op_group(M, 1, a, r, HDP,  \
-                                                                            l0, nq, cc, HDP);   \
+        OP_NV_CASE(M, 4) OP_NV_CASE(M, 3) OP_NV_CASE(M, 2)                                      \
+    default: op_group(M, 1, a, r, HDP, l0, nq, cc, HDP); break;                                 \
     }
                 MR_SWITCH(mr, OP_MR, OP_CALL)
 #undef OP_CALL
