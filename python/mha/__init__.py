@@ -34,7 +34,8 @@ from ._version import __version__
 
 __all__ = ["SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
            "MultiHeadAttention", "Module", "Error", "manual_seed", "rand", "randn", "load", "no_grad",
-           "library_path", "library_version", "runtime", "optim"]
+           "library_path", "library_version", "runtime", "optim", "GPTModel", "TransformerBlock",
+           "GPT_CONFIG_124M"]
 
 _L = _lib.lib
 _check = _lib.check
@@ -530,9 +531,17 @@ class Module:
 
 def load(path):
     """The module saved in path (by Module.save, mha init, or from PyTorch's
-    state_dict with the constructor's arguments in the metadata), as its class."""
+    state_dict with the constructor's arguments in the metadata), as its class;
+    a chapter 4 file (GPTModel, TransformerBlock, Hugging Face GPT-2) as
+    mha.GPTModel / mha.TransformerBlock."""
     h = _lib.c_void_p()
-    _check(_L.mha_module_load(os.fsencode(path), _lib.ctypes.byref(h)), "load")
+    code = _L.mha_module_load(os.fsencode(path), _lib.ctypes.byref(h))
+    if code != 0:
+        first = Error(code, (_L.mha_last_error() or b"").decode("utf-8", "replace"), "load")
+        try:
+            return gpt.load(path)
+        except Error:
+            raise first from None
     kind = _L.mha_module_config(h).contents.kind
     cls = _CLASSES.get(kind)
     if cls is None:
@@ -605,3 +614,5 @@ _CLASSES = {c._KIND: c for c in (SelfAttention_v1, SelfAttention_v2, CausalAtten
                                  MultiHeadAttentionWrapper, MultiHeadAttention)}
 
 from . import optim  # noqa: E402  (needs the names above)
+from . import gpt  # noqa: E402
+from .gpt import GPT_CONFIG_124M, GPTModel, TransformerBlock  # noqa: E402

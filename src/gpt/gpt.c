@@ -130,7 +130,6 @@ mha_status mha_gpt_config_validate(const mha_gpt_config *c) {
     if (!(c->drop_rate >= 0.0 && c->drop_rate < 1.0))
         return mha__fail(MHA_ERR_CONFIG, "drop_rate must be in [0, 1), got %g", c->drop_rate);
     if (c->qkv_bias != 0 && c->qkv_bias != 1) return mha__fail(MHA_ERR_CONFIG, "qkv_bias must be 0 or 1");
-    if (!is_model(c) && c->n_layers != 1) return mha__fail(MHA_ERR_CONFIG, "a TransformerBlock has n_layers 1");
     if (gpt_floats(c, false) == 0) return mha__fail(MHA_ERR_OVERFLOW, "parameter count overflows");
     return MHA_OK;
 }
