@@ -1,4 +1,5 @@
-/* attn_tunables.h — the tile sizes of attn_fwd_body.h per ISA, in one place
+/* attn_tunables.h — the tile sizes of attn_fwd_body.h and attn_bwd_body.h
+ * per ISA, in one place
  * so that the AVX-512 kernel and its test emulation (tests/attn_gen16.c)
  * cannot drift apart. Include a SIMD layer, define ATTN_TUNE_AVX2 or
  * ATTN_TUNE_AVX512, include this; it defines the ATTN_* tunables the body
@@ -13,7 +14,15 @@
  * accumulators. Measured on an AVX-512 machine: KB = 128 is 7-25% faster
  * than 64 at the GPT-2 shapes (96..192 alike, 14-key or 8-key tiles alike,
  * NV = 4 alike, NV = 1 ~10% slower); copying GPT-2's stride-2304 K/V tiles
- * or not makes no difference, so the crowding threshold is AVX2's. */
+ * or not makes no difference, so the crowding threshold is AVX2's.
+ *
+ * Backward (the panels and QK/PV tiles are the forward's): AVX2 key tiles
+ * of 256 (128 .. 512 after edge merging) and q-blocks of 2 panels,
+ * measured on the project machine in paired runs (12 GPT-2 heads, 1
+ * thread): T = 1024 took 73 ms with 64-key tiles, 67-70 with 128, 64-69
+ * with 192..512; 2 panels per q-block 2-4% faster than 1, 4 alike; dK/dV
+ * tiles 6 keys x 2 vectors and 3 x 4 alike. AVX-512: 128-key tiles, 1
+ * panel (32 queries), 12 x 2 dK/dV tiles, by analogy, unmeasured. */
 #ifndef MHA_ATTN_TUNABLES_H
 #define MHA_ATTN_TUNABLES_H
 
@@ -39,7 +48,7 @@
 #define MHA_ATTN_AVX2_BWD_KB 256 /* keys per tile (a multiple of 4) */
 #endif
 #ifndef MHA_ATTN_AVX2_BWD_NP
-#define MHA_ATTN_AVX2_BWD_NP 1 /* panels per q-block */
+#define MHA_ATTN_AVX2_BWD_NP 2 /* panels per q-block */
 #endif
 #ifndef MHA_ATTN_AVX2_OP_MR
 #define MHA_ATTN_AVX2_OP_MR 6 /* keys per dK/dV register tile */
