@@ -441,6 +441,9 @@ int main(void) {
     check_fd(test_config(MHA_MULTI_HEAD_ATTENTION, 6, 6, 10, 0.1, 3, 1), 2, 9, 1);
     check_fd(test_config(MHA_MULTI_HEAD_ATTENTION, 6, 6, 10, 0.0, 3, 0), 2, 9, 0);
     check_fd(test_config(MHA_MULTI_HEAD_ATTENTION, 4, 2, 4, 0.0, 2, 1), 3, 1, 0);
+    /* 3 x 520 rows: the backward runs over two slices of the batch, the
+     * second's Philox streams numbered from batch element 2 */
+    check_fd(test_config(MHA_MULTI_HEAD_ATTENTION, 4, 4, 520, 0.3, 2, 1), 3, 520, 1);
     check_simple_fd();
     check_api();
     check_kernels_and_threads();

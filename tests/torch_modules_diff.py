@@ -98,6 +98,12 @@ def edge_cases():
               train_seed=-1, note="T=67, negative seeds"),
         _case(CA, 7, 5, b=2, T=33, ctx=40, dropout=0.1, seed=77, note="large x", ),
         _case(M, 16, 12, b=2, T=20, ctx=20, dropout=0.0, heads=3, seed=78, note="large x"),
+        # more than one slice of the batch in the backward (slices of about
+        # 1024 rows): the second slice's mask bits and statistics
+        _case(M, 8, 6, b=3, T=600, ctx=600, dropout=0.5, heads=2, seed=79,
+              note="3 x 600 rows, two backward slices"),
+        _case(W, 4, 4, b=3, T=520, ctx=520, dropout=0.3, heads=2, seed=80,
+              note="wrapper, two backward slices"),
     ]
 
 

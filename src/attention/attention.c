@@ -98,7 +98,7 @@ static void fill_head(const mha__attention_desc *d, mha__attn_args *a, int64_t b
     a->drop_p = d->p;
     a->drop_scale = d->dropout != MHA_DROPOUT_OFF ? mha__dropout_scale(d->p) : 1.0f;
     a->philox_seed = d->philox_seed;
-    a->philox_stream = (d->philox_offset << 32) + (uint64_t)(b * d->H + h);
+    a->philox_stream = (d->philox_offset << 32) + (uint64_t)((d->b_begin + b) * d->H + h);
     a->keep_threshold = d->dropout == MHA_DROPOUT_PHILOX ? mha__philox_keep_threshold(d->p) : 0;
 }
 

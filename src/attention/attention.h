@@ -33,7 +33,10 @@ typedef struct {
     mha_generator *gen;  /* TORCH */
     bool heads_outer;    /* TORCH draw order: (H, B, T, T) (wrapper) instead of (B, H, T, T) */
     uint64_t philox_seed;
-    uint64_t philox_offset; /* stream of head (b, h) = (offset << 32) + b*H + h */
+    uint64_t philox_offset; /* stream of head (b, h) = (offset << 32) + (b_begin + b)*H + h */
+    /* The desc's batch element 0 is element b_begin of the batch the Philox
+     * streams were numbered for (a backward run over a batch slice). */
+    int64_t b_begin;
     const mha__kernels *kernels; /* NULL: the active table; else these (tests, benchmarks) */
     /* TORCH: where the mask bits live, B*H*T*ceil(T/64) words (keep_words),
      * head (b, h) at (b*H + h)*T*ceil(T/64). NULL: the forward draws them into
