@@ -164,8 +164,7 @@ size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B, int64_
     return plan_backward(m, &d, &L) ? L.total : 0;
 }
 
-/* acc[c] += sum over rows r, in order, of a[r * lda + c], c < n. */
-static void colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda) {
+void mha__colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda) {
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static)
 #endif
@@ -219,7 +218,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         float *delta = (float *)(void *)(ws + L.dctx);
         float *blocks = (float *)(void *)(ws + L.dctx + mha__align64((size_t)(rows * m->H) * sizeof(float)));
         mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W);
-        colsum_acc(gb_out, dy, rows, W, W);
+        mha__colsum_acc(gb_out, dy, rows, W, W);
         const int64_t nblk = (rows + MHA_DCTX_ROWS - 1) / MHA_DCTX_ROWS, H = m->H, HD = m->HD;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static)
@@ -270,7 +269,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         return MHA_OK;
     }
     mha__sgemm(true, false, P, Din, rows, 1.0f, dqkv, P, x, Din, 1.0f, gw_qkv, Din);
-    if (gb_qkv) colsum_acc(gb_qkv, dqkv, rows, P, P);
+    if (gb_qkv) mha__colsum_acc(gb_qkv, dqkv, rows, P, P);
     if (dx) mha__sgemm(false, false, rows, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dx, Din);
     tape->m = NULL; /* consumed */
     return MHA_OK;
