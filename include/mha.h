@@ -377,7 +377,8 @@ MHA_API mha_status mha_simple_attention_backward(float *dx /* [out] (T, D) */,
 /* Optimizers                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* torch.optim.AdamW and torch.optim.SGD over every parameter of a module,
+/* torch.optim.AdamW and torch.optim.SGD over every parameter of a module
+ * (or of a GPT: mha_optimizer_create_adamw_gpt / _sgd_gpt, chapter 4),
  * bit for bit torch 1.13.1 on the CPU: its default for-loop implementation
  * (foreach=None, which is False on the CPU; maximize=False; one parameter
  * group), float32 state, Python's double scalars (bias corrections, step
