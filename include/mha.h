@@ -796,8 +796,8 @@ MHA_API mha_status mha_gpt_blocks_forward_tape(mha_gpt *m, float *y, const float
  * accumulated. The dropout masks are the forward's. The backward consumes
  * the tape (one forward, one backward). Errors: ERR_ARGUMENT (no GPTModel
  * forward recorded in tape, or another model's), ERR_NONFINITE (dlogits holds
- * NaN/inf), ERR_NOMEM; on failure no gradient has changed and the tape is
- * kept. */
+ * NaN/inf), ERR_WORKSPACE (the thread count grew since the forward),
+ * ERR_NOMEM; on failure no gradient has changed and the tape is kept. */
 MHA_API mha_status mha_gpt_backward(mha_gpt *m, mha_gpt_tape *tape, const float *dlogits);
 /* Backward of mha_gpt_blocks_forward_tape: dy [in] (B, T, E), dx [out]
  * (B, T, E) or NULL; dx may equal dy. */

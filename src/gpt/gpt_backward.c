@@ -480,6 +480,14 @@ static mha_status check_tape(const mha_gpt *m, const mha_gpt_tape *t, bool model
         return mha__fail(MHA_ERR_ARGUMENT, "the tape holds a blocks-only forward (mha_gpt_blocks_forward_tape)");
     if (!model && t->model)
         return mha__fail(MHA_ERR_ARGUMENT, "the tape holds a GPTModel forward (mha_gpt_forward_tape)");
+    /* the attention backward's scratch is per thread: sized at the forward */
+    mha__attention_desc d;
+    block_desc(m, &d, t->B, t->T, NULL);
+    const size_t need = mha__attention_backward_workspace(&d);
+    if (need == 0 || need > t->att_ws_size)
+        return mha__fail(MHA_ERR_WORKSPACE, "the thread count grew since the forward was recorded (its scratch "
+                                            "holds %zu bytes, the backward needs %zu): record it again",
+                         t->att_ws_size, need);
     return MHA_OK;
 }
 
