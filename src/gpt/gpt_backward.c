@@ -589,18 +589,24 @@ mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, c
 #endif
     for (int64_t r = 0; r < N; r++) {
         const float *z = logits + r * V;
+        float *dz = dlogits ? dlogits + r * V : NULL;
         const int32_t y = targets[r];
+        const bool ignored = y == MHA_IGNORE_INDEX;
+        const double zy = ignored ? 0.0 : (double)z[y];
         double mx = -INFINITY, s = 0.0;
         for (int64_t j = 0; j < V; j++) mx = (double)z[j] > mx ? (double)z[j] : mx;
-        for (int64_t j = 0; j < V; j++) s += exp((double)z[j] - mx);
-        const double lse = mx + log(s);
-        row[r] = y == MHA_IGNORE_INDEX ? 0.0 : lse - (double)z[y];
-        if (dlogits) {
-            float *dz = dlogits + r * V;
-            const double zy = y == MHA_IGNORE_INDEX ? 0.0 : (double)z[y];
-            for (int64_t j = 0; j < V; j++)
-                dz[j] = y == MHA_IGNORE_INDEX ? 0.0f : (float)(exp((double)z[j] - lse) * inv);
-            if (y != MHA_IGNORE_INDEX) dz[y] = (float)((exp(zy - lse) - 1.0) * inv);
+        /* exp(z - max) once per logit: summed, and kept in dz (over z when
+         * they alias: z[y] is read before) for the softmax */
+        for (int64_t j = 0; j < V; j++) {
+            const double e = exp((double)z[j] - mx);
+            s += e;
+            if (dz) dz[j] = (float)e;
+        }
+        row[r] = ignored ? 0.0 : mx + log(s) - zy;
+        if (dz) {
+            const double k = ignored ? 0.0 : inv / s;
+            for (int64_t j = 0; j < V; j++) dz[j] = (float)((double)dz[j] * k);
+            if (!ignored) dz[y] = (float)((exp(zy - mx) / s - 1.0) * inv);
         }
     }
     double sum = 0.0;
