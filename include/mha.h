@@ -768,9 +768,11 @@ MHA_API mha_status mha_gpt_zero_grad(mha_gpt *m);
  * statistics, the feed-forward's activations before and after GELU, and in
  * training mode the drop_shortcut masks (as their scale factors, floats) and
  * the attention's mask bits; for a GPTModel also the ids, the drop_emb mask,
- * final_norm's input and output and the logits. About (18 E + 2 H) floats
- * per token per block plus V per token: what autograd keeps. A tape grows
- * on demand and is reused across steps. */
+ * final_norm's input and output and the logits: 16 E + 2 H floats per
+ * token per block (18 E + 2 H in training mode), V + 3 E per token more
+ * for a GPTModel, what autograd keeps too, plus the backward's scratch
+ * (8 E per token and the attention's). A tape grows on demand and is
+ * reused across steps. */
 typedef struct mha_gpt_tape mha_gpt_tape;
 MHA_API mha_status mha_gpt_tape_create(mha_gpt_tape **out);
 MHA_API void mha_gpt_tape_free(mha_gpt_tape *t);
