@@ -44,6 +44,8 @@ int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n);
 int mha_cli_init_gpt(int argc, char **argv);
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
                     uint64_t seed);
+int mha_cli_grad_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
+                     uint64_t seed);
 int mha_cli_generate(int argc, char **argv);
 int mha_cli_bench_gpt(int argc, char **argv);
 

@@ -87,6 +87,68 @@ int mha_cli_init_gpt(int argc, char **argv) {
 
 /* ---- mha run on a GPT file ------------------------------------------------ */
 
+/* Token ids 'name' of IN (I64 or I32, (b, T)), checked before anything is
+ * allocated: ids in [0, vocab_size) (-100 too for targets, as
+ * cross_entropy's ignore_index), T <= context_length; with like (B, T) of
+ * idx, that shape. */
+static int32_t *read_ids(const mha_st *st, const char *in, const char *name, const mha_gpt_config *c,
+                         const int64_t *like, int64_t *B_out, int64_t *T_out) {
+    mha_st_tensor t;
+    if (mha_st_find(st, name, &t) != MHA_OK) cli_die("%s: no tensor '%s' in the input file", in, name);
+    if (t.ndim != 2) cli_die("%s: %s must have 2 dimensions (b, T), got %d", in, name, t.ndim);
+    if (t.dtype != MHA_DTYPE_I64 && t.dtype != MHA_DTYPE_I32)
+        cli_die("%s: %s must be I64 or I32, got %s", in, name, mha_dtype_name(t.dtype));
+    const int64_t B = t.shape[0], T = t.shape[1], V = c->vocab_size;
+    if (like && (B != like[0] || T != like[1]))
+        cli_die("%s: %s has shape (%lld, %lld), idx (%lld, %lld)", in, name, (long long)B, (long long)T,
+                (long long)like[0], (long long)like[1]);
+    if (B == 0 || T == 0) cli_die("%s: %s has an empty dimension", in, name);
+    if (T > c->context_length)
+        cli_die("%s: %lld tokens exceed context_length %lld", in, (long long)T, (long long)c->context_length);
+    if ((uint64_t)B * (uint64_t)T > ((uint64_t)1 << 40) / (uint64_t)V) cli_die("%s: logits would be too large", in);
+    int32_t *idx = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < t.numel; i++) {
+            int64_t v;
+            if (t.dtype == MHA_DTYPE_I64) memcpy(&v, (const char *)t.data + 8 * i, 8);
+            else {
+                int32_t v32;
+                memcpy(&v32, (const char *)t.data + 4 * i, 4);
+                v = v32;
+            }
+            if (pass) idx[i] = (int32_t)v;
+            else if ((v < 0 || v >= V) && !(like && v == -100))
+                cli_die("%s: %s holds %lld at (%zu, %zu), outside the vocabulary [0, %lld)%s", in, name, (long long)v,
+                        i / (size_t)T, i % (size_t)T, (long long)V, like ? " (and not -100)" : "");
+        }
+        if (!pass) idx = cli_malloc(t.numel * sizeof(int32_t));
+    }
+    *B_out = B;
+    *T_out = T;
+    return idx;
+}
+
+/* Activations 'name' of IN as float32, (b, T, emb_dim); with like (B, T),
+ * that shape too. */
+static float *read_x(const mha_st *st, const char *in, const char *name, const mha_gpt_config *c,
+                     const int64_t *like, int64_t *B_out, int64_t *T_out) {
+    mha_st_tensor t;
+    if (mha_st_find(st, name, &t) != MHA_OK) cli_die("%s: no tensor '%s' in the input file", in, name);
+    if (t.ndim != 3) cli_die("%s: %s must have 3 dimensions (b, T, emb_dim), got %d", in, name, t.ndim);
+    const int64_t B = t.shape[0], T = t.shape[1];
+    if (t.shape[2] != c->emb_dim)
+        cli_die("%s: %s has width %lld but emb_dim is %lld", in, name, (long long)t.shape[2], (long long)c->emb_dim);
+    if (like && (B != like[0] || T != like[1]))
+        cli_die("%s: %s has shape (%lld, %lld, %lld), x (%lld, %lld, %lld)", in, name, (long long)B, (long long)T,
+                (long long)c->emb_dim, (long long)like[0], (long long)like[1], (long long)c->emb_dim);
+    if (B == 0 || T == 0) cli_die("%s: %s has an empty dimension", in, name);
+    float *x = cli_malloc(t.numel * sizeof(float));
+    cli_check(mha_st_tensor_to_f32(&t, x, t.numel), in);
+    *B_out = B;
+    *T_out = T;
+    return x;
+}
+
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
                     uint64_t seed) {
     mha_gpt *m = NULL;
@@ -97,40 +159,10 @@ int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, cons
     mha_generator *g = NULL;
     if (train) cli_check(mha_generator_create(seed, &g), "generator");
     const char *meta[2] = {"module", mha_gpt_kind_name(c->kind)};
-    mha_st_tensor t;
     if (c->kind == MHA_GPT_MODEL) {
-        if (mha_st_find(st, "idx", &t) != MHA_OK) cli_die("%s: no tensor 'idx' in the input file", in);
-        if (t.ndim != 2) cli_die("%s: idx must have 2 dimensions (b, T), got %d", in, t.ndim);
-        if (t.dtype != MHA_DTYPE_I64 && t.dtype != MHA_DTYPE_I32)
-            cli_die("%s: idx must be I64 or I32, got %s", in, mha_dtype_name(t.dtype));
-        const int64_t B = t.shape[0], T = t.shape[1], V = c->vocab_size;
-        if (B == 0 || T == 0) cli_die("%s: idx has an empty dimension", in);
-        if (T > c->context_length)
-            cli_die("%s: %lld tokens exceed context_length %lld", in, (long long)T, (long long)c->context_length);
-        if ((uint64_t)B * (uint64_t)T > ((uint64_t)1 << 40) / (uint64_t)V) cli_die("%s: logits would be too large", in);
-        for (size_t i = 0; i < t.numel; i++) { /* checked before anything is allocated */
-            int64_t v;
-            if (t.dtype == MHA_DTYPE_I64) memcpy(&v, (const char *)t.data + 8 * i, 8);
-            else {
-                int32_t v32;
-                memcpy(&v32, (const char *)t.data + 4 * i, 4);
-                v = v32;
-            }
-            if (v < 0 || v >= V)
-                cli_die("%s: idx holds %lld at (%zu, %zu), outside the vocabulary [0, %lld)", in, (long long)v,
-                        i / (size_t)T, i % (size_t)T, (long long)V);
-        }
-        int32_t *idx = cli_malloc(t.numel * sizeof(int32_t));
-        for (size_t i = 0; i < t.numel; i++) {
-            int64_t v;
-            if (t.dtype == MHA_DTYPE_I64) memcpy(&v, (const char *)t.data + 8 * i, 8);
-            else {
-                int32_t v32;
-                memcpy(&v32, (const char *)t.data + 4 * i, 4);
-                v = v32;
-            }
-            idx[i] = (int32_t)v;
-        }
+        int64_t B, T;
+        int32_t *idx = read_ids(st, in, "idx", c, NULL, &B, &T);
+        const int64_t V = c->vocab_size;
         float *logits = cli_malloc((size_t)(B * T * V) * sizeof(float));
         cli_check(mha_gpt_forward(m, logits, idx, B, T, 0, g), "forward");
         const int64_t shape[3] = {B, T, V};
@@ -139,20 +171,91 @@ int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, cons
         free(idx);
         free(logits);
     } else {
-        if (mha_st_find(st, "x", &t) != MHA_OK) cli_die("%s: no tensor 'x' in the input file", in);
-        if (t.ndim != 3) cli_die("%s: x must have 3 dimensions (b, T, emb_dim), got %d", in, t.ndim);
-        const int64_t B = t.shape[0], T = t.shape[1];
-        if (t.shape[2] != c->emb_dim)
-            cli_die("%s: x has width %lld but emb_dim is %lld", in, (long long)t.shape[2], (long long)c->emb_dim);
-        if (B == 0 || T == 0) cli_die("%s: x has an empty dimension", in);
-        float *x = cli_malloc(t.numel * sizeof(float));
-        cli_check(mha_st_tensor_to_f32(&t, x, t.numel), in);
+        int64_t B, T;
+        float *x = read_x(st, in, "x", c, NULL, &B, &T);
         cli_check(mha_gpt_blocks_forward(m, x, x, B, T, g), "forward");
         const int64_t shape[3] = {B, T, c->emb_dim};
         const mha_st_entry e = {"y", MHA_DTYPE_F32, 3, shape, x};
         cli_check(mha_st_write_file(out, &e, 1, meta, 1), out);
         free(x);
     }
+    mha_st_free(st);
+    mha_generator_free(g);
+    mha_gpt_free(m);
+    return 0;
+}
+
+/* ---- mha grad on a GPT file ------------------------------------------------ */
+
+/* OUT: the leading entries e[0..n) then 'grad.<name>' of every parameter. */
+static void write_with_grads(const char *out, mha_gpt *m, mha_st_entry *lead, size_t n, const char *const *meta) {
+    const size_t np = mha_gpt_num_params(m);
+    mha_st_entry *e = cli_malloc((np + n) * sizeof *e);
+    char **names = cli_malloc((np ? np : 1) * sizeof *names);
+    int64_t(*shapes)[2] = cli_malloc((np ? np : 1) * sizeof *shapes);
+    memcpy(e, lead, n * sizeof *e);
+    for (size_t i = 0; i < np; i++) {
+        mha_param p;
+        cli_check(mha_gpt_grad(m, i, &p), "gradients");
+        names[i] = cli_malloc(strlen(p.name) + 6);
+        sprintf(names[i], "grad.%s", p.name);
+        shapes[i][0] = p.shape[0];
+        shapes[i][1] = p.shape[1];
+        e[n + i] = (mha_st_entry){names[i], MHA_DTYPE_F32, p.ndim, shapes[i], p.data};
+    }
+    cli_check(mha_st_write_file(out, e, np + n, meta, 1), out);
+    for (size_t i = 0; i < np; i++) free(names[i]);
+    free(names);
+    free(shapes);
+    free(e);
+}
+
+int mha_cli_grad_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
+                     uint64_t seed) {
+    mha_gpt *m = NULL;
+    cli_check(mha_gpt_from_st(wst, &m), weights);
+    const mha_gpt_config *c = mha_gpt_get_config(m);
+    mha_st *st = NULL;
+    cli_check(mha_st_read_file(in, &st), in);
+    mha_generator *g = NULL;
+    if (train) cli_check(mha_generator_create(seed, &g), "generator");
+    const char *meta[2] = {"module", mha_gpt_kind_name(c->kind)};
+    mha_gpt_tape *tape = NULL;
+    cli_check(mha_gpt_tape_create(&tape), "tape");
+    cli_check(mha_gpt_zero_grad(m), "gradients");
+    if (c->kind == MHA_GPT_MODEL) {
+        int64_t B, T;
+        int32_t *idx = read_ids(st, in, "idx", c, NULL, &B, &T);
+        const int64_t like[2] = {B, T};
+        int32_t *targets = read_ids(st, in, "targets", c, like, &B, &T);
+        const int64_t V = c->vocab_size;
+        float *logits = cli_malloc((size_t)(B * T * V) * sizeof(float)), loss;
+        cli_check(mha_gpt_loss_backward(m, &loss, logits, idx, targets, B, T, g, tape), "grad");
+        const int64_t shape[3] = {B, T, V};
+        mha_st_entry lead[2] = {{"loss", MHA_DTYPE_F32, 0, shape, &loss},
+                                {"logits", MHA_DTYPE_F32, 3, shape, logits}};
+        write_with_grads(out, m, lead, 2, meta);
+        free(idx);
+        free(targets);
+        free(logits);
+    } else {
+        int64_t B, T;
+        float *x = read_x(st, in, "x", c, NULL, &B, &T);
+        const int64_t like[2] = {B, T};
+        float *dy = read_x(st, in, "dy", c, like, &B, &T);
+        const size_t n = (size_t)(B * T * c->emb_dim);
+        float *y = cli_malloc(n * sizeof(float)), *dx = cli_malloc(n * sizeof(float));
+        cli_check(mha_gpt_blocks_forward_tape(m, y, x, B, T, g, tape), "forward");
+        cli_check(mha_gpt_blocks_backward(m, tape, dx, dy), "backward");
+        const int64_t shape[3] = {B, T, c->emb_dim};
+        mha_st_entry lead[2] = {{"y", MHA_DTYPE_F32, 3, shape, y}, {"dx", MHA_DTYPE_F32, 3, shape, dx}};
+        write_with_grads(out, m, lead, 2, meta);
+        free(x);
+        free(dy);
+        free(y);
+        free(dx);
+    }
+    mha_gpt_tape_free(tape);
     mha_st_free(st);
     mha_generator_free(g);
     mha_gpt_free(m);

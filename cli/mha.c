@@ -567,7 +567,12 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
                  "state_dict() (grad.W_query.weight, grad.heads.1.W_key.weight,\n"
                  "grad.out_proj.bias), all F32: what PyTorch's autograd computes for\n"
                  "y.backward(dy). Eval mode by default; --train --seed S uses the dropout mask\n"
-                 "PyTorch draws after torch.manual_seed(S) in training mode (as mha run --train).");
+                 "PyTorch draws after torch.manual_seed(S) in training mode (as mha run --train).\n\n"
+                 "A GPTModel file: INPUT holds 'idx' and 'targets' (I64 or I32, (b, T); targets\n"
+                 "may hold -100, ignored); OUTPUT gets 'loss' (the mean cross-entropy,\n"
+                 "F.cross_entropy(logits.flatten(0, 1), targets.flatten())), 'logits' and\n"
+                 "'grad.<name>' of loss.backward() (a tied head's gradient is tok_emb's).\n"
+                 "A TransformerBlock file: 'x' and 'dy' in, 'y', 'dx' and 'grad.<name>' out.");
             return 0;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -602,8 +607,8 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
         mha_st *wst = NULL;
         cli_check(mha_st_open(weights, &wst), weights);
         if (cli_st_is_gpt(wst)) {
-            if (grad) cli_die("grad: %s holds a chapter 4 model, which has no backward pass yet", weights);
-            const int rc = mha_cli_run_gpt(wst, weights, in, out, train, seed);
+            const int rc = grad ? mha_cli_grad_gpt(wst, weights, in, out, train, seed)
+                                : mha_cli_run_gpt(wst, weights, in, out, train, seed);
             mha_st_free(wst);
             return rc;
         }

@@ -377,7 +377,8 @@ MHA_API mha_status mha_simple_attention_backward(float *dx /* [out] (T, D) */,
 /* Optimizers                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* torch.optim.AdamW and torch.optim.SGD over every parameter of a module,
+/* torch.optim.AdamW and torch.optim.SGD over every parameter of a module
+ * (or of a GPT: mha_optimizer_create_adamw_gpt / _sgd_gpt, chapter 4),
  * bit for bit torch 1.13.1 on the CPU: its default for-loop implementation
  * (foreach=None, which is False on the CPU; maximize=False; one parameter
  * group), float32 state, Python's double scalars (bias corrections, step
@@ -743,6 +744,99 @@ MHA_API mha_status mha_gpt_save(const mha_gpt *m, const char *path);
  * qkv_bias 1, drop_rate from metadata or 0). F32, F16, BF16 or F64. */
 MHA_API mha_status mha_gpt_load(const char *path, mha_gpt **out);
 MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
+
+/* Training a GPTModel or TransformerBlock: the forward that records a tape,
+ * the backward that replays it, gradients named as the parameters, and the
+ * optimizers (mha_optimizer_create_adamw_gpt / _sgd_gpt). As for the
+ * modules: gradients accumulate ([acc], as autograd does) until zeroed;
+ * results do not depend on the thread count; every projection runs through
+ * the GEMM backend and the attention through the fused attention backward.
+ *
+ * Gradients: one per parameter, mha_gpt_param's order, names and shapes
+ * (allocated zeroed at the first call that needs them). With a tied head,
+ * "out_head.weight"'s gradient is tok_emb's buffer: the head's and the
+ * embedding's contributions summed into one tensor, as torch does for a
+ * shared parameter. */
+MHA_API mha_status mha_gpt_grad(mha_gpt *m, size_t i, mha_param *out);
+/* ERR_MISSING when the model has no parameter of that name. */
+MHA_API mha_status mha_gpt_find_grad(mha_gpt *m, const char *name, mha_param *out);
+/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
+MHA_API mha_status mha_gpt_zero_grad(mha_gpt *m);
+
+/* What a GPT forward saves for its backward: per block the input of each
+ * LayerNorm and its output, Q, K, V, the attention's output and its row
+ * statistics, the feed-forward's activations before and after GELU, and in
+ * training mode the drop_shortcut masks (as their scale factors, floats) and
+ * the attention's mask bits; for a GPTModel also the ids, the drop_emb mask,
+ * final_norm's input and output and the logits: 16 E + 2 H floats per
+ * token per block (18 E + 2 H in training mode), V + 3 E per token more
+ * for a GPTModel, what autograd keeps too, plus the backward's scratch
+ * (8 E per token and the attention's). A tape grows on demand and is
+ * reused across steps. */
+typedef struct mha_gpt_tape mha_gpt_tape;
+MHA_API mha_status mha_gpt_tape_create(mha_gpt_tape **out);
+MHA_API void mha_gpt_tape_free(mha_gpt_tape *t);
+/* Bytes the tape holds now. */
+MHA_API size_t mha_gpt_tape_bytes(const mha_gpt_tape *t);
+
+/* mha_gpt_forward (last_only 0) recording into tape. logits [out]
+ * (B, T, V), or NULL when not wanted (the tape keeps them either way).
+ * dropout_rng as for mha_gpt_forward: the same draws in the same order,
+ * the same logits bit for bit. Same errors, plus ERR_NOMEM when the tape
+ * cannot grow; on failure the tape is left empty. */
+MHA_API mha_status mha_gpt_forward_tape(mha_gpt *m, float *logits, const int32_t *idx, int64_t B,
+                                        int64_t T, mha_generator *dropout_rng, mha_gpt_tape *tape);
+/* mha_gpt_blocks_forward recording into tape (a TransformerBlock, or the
+ * blocks of a GPTModel): x [in] (B, T, E), y [out] (B, T, E); y may equal x. */
+MHA_API mha_status mha_gpt_blocks_forward_tape(mha_gpt *m, float *y, const float *x, int64_t B,
+                                               int64_t T, mha_generator *dropout_rng,
+                                               mha_gpt_tape *tape);
+
+/* Backward of the mha_gpt_forward_tape recorded in tape (by this model,
+ * its parameters unchanged since): dlogits [in] (B, T, V), the gradient of
+ * the loss with respect to the logits. Every parameter's gradient is
+ * accumulated. The dropout masks are the forward's. The backward consumes
+ * the tape (one forward, one backward). Errors: ERR_ARGUMENT (no GPTModel
+ * forward recorded in tape, or another model's), ERR_NONFINITE (dlogits holds
+ * NaN/inf), ERR_WORKSPACE (the thread count grew since the forward),
+ * ERR_NOMEM; on failure no gradient has changed and the tape is kept. */
+MHA_API mha_status mha_gpt_backward(mha_gpt *m, mha_gpt_tape *tape, const float *dlogits);
+/* Backward of mha_gpt_blocks_forward_tape: dy [in] (B, T, E), dx [out]
+ * (B, T, E) or NULL; dx may equal dy. */
+MHA_API mha_status mha_gpt_blocks_backward(mha_gpt *m, mha_gpt_tape *tape, float *dx,
+                                           const float *dy);
+
+/* torch.nn.functional.cross_entropy(logits, targets) with its defaults
+ * (mean over the targets, ignore_index -100): logits (N, V), targets (N)
+ * in [0, V) or -100 (ignored: no loss, zero gradient, not counted).
+ *   loss    [out] the mean of logsumexp(z) - z[target] over counted rows
+ *   dlogits [out] (N, V) its gradient, (softmax(z) - onehot) / count, or
+ *           NULL; may equal logits (overwritten).
+ * Rows in double; the result does not depend on the thread count.
+ * ERR_ARGUMENT: a target outside [0, V) other than -100 (named), or no
+ * counted target (torch would give NaN). */
+MHA_API mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits,
+                                     const int32_t *targets, int64_t N, int64_t V);
+
+/* One training step's forward and backward: mha_gpt_forward_tape, then the
+ * mean cross-entropy loss of its logits over targets (B, T) as
+ * cross_entropy(logits.flatten(0, 1), targets.flatten()), then
+ * mha_gpt_backward of that loss. Gradients are accumulated (zero them
+ * first for a fresh step). logits [out] (B, T, V) or NULL; loss [out].
+ * The tape is consumed. Errors as those calls'. */
+MHA_API mha_status mha_gpt_loss_backward(mha_gpt *m, float *loss, float *logits, const int32_t *idx,
+                                         const int32_t *targets, int64_t B, int64_t T,
+                                         mha_generator *dropout_rng, mha_gpt_tape *tape);
+
+/* torch.optim.AdamW / SGD over a GPT's parameters (model.parameters(): a
+ * tied head once), as mha_optimizer_create_adamw / _sgd over a module's:
+ * the same arithmetic, save and load ("module" is "GPTModel" or
+ * "TransformerBlock"), from the gradients of mha_gpt_grad. The model must
+ * outlive the optimizer. */
+MHA_API mha_status mha_optimizer_create_adamw_gpt(mha_gpt *m, const mha_adamw_config *c,
+                                                  mha_optimizer **out);
+MHA_API mha_status mha_optimizer_create_sgd_gpt(mha_gpt *m, const mha_sgd_config *c,
+                                                mha_optimizer **out);
 /* Tokenizer: GPT-2's byte-level BPE                                         */
 /* ------------------------------------------------------------------------ */
 

@@ -9,8 +9,9 @@ computed by libmha, exact to the book's PyTorch code.
     ids = model.generate([[15496, 11, 314, 716]], max_new_tokens=10)
 
 Training-mode forwards draw the book's dropout masks from mha's global
-generator (mha.manual_seed), in torch's order. Forward only: the chapter 4
-layers have no backward pass in mha yet.
+generator (mha.manual_seed), in torch's order. Forward only: the C library
+has the chapter 4 backward (mha_gpt_loss_backward), this binding does not
+wrap it yet.
 """
 import ctypes
 import os

@@ -302,6 +302,7 @@ mha_status mha_gpt_create_seeded(const mha_gpt_config *c, uint64_t seed, mha_gpt
 void mha_gpt_free(mha_gpt *m) {
     if (!m) return;
     mha__free(m->arena);
+    mha__free(m->grad);
     mha__free(m->blocks);
     mha__free(m->params);
     mha__free(m->names);

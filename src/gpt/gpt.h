@@ -31,6 +31,8 @@ struct mha_gpt {
     mha_param *params;
     size_t n_params;
     char *names;
+    float *grad;                /* gradients, laid out as arena (NULL until first needed;
+                                   gpt_backward.c) */
     /* run-time state */
     void *ws;                   /* activations, grown on demand */
     size_t ws_size;

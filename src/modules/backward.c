@@ -182,17 +182,35 @@ size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B, int64_
     return plan_backward(m, &d, &L) ? L.total : 0;
 }
 
-/* s[c] += sum over rows r, in order, of a[r * lda + c], c < n: in double, so
- * that a sum taken over several slices of rows rounds once, at the end. */
-static void colsum_f64(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
+/* s[c - c0] += sum over rows r, in order, of a[r * lda + c], c0 <= c < c1. */
+static void colsum_block(double *s, const float *a, int64_t rows, int64_t c0, int64_t c1,
+                         int64_t lda) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = c0; c < c1; c++) s[c - c0] += (double)a[r * lda + c];
+}
+
+/* acc[c] += sum over rows r, in order, of a[r * lda + c], c < n, summed in
+ * double and rounded once. */
+void mha__colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda) {
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if (rows * n > (1 << 20))
 #endif
     for (int64_t c0 = 0; c0 < n; c0 += 64) {
+        double s[64] = {0};
         const int64_t c1 = c0 + 64 < n ? c0 + 64 : n;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = c0; c < c1; c++) s[c] += (double)a[r * lda + c];
+        colsum_block(s, a, rows, c0, c1, lda);
+        for (int64_t c = c0; c < c1; c++) acc[c] += (float)s[c - c0];
     }
+}
+
+/* s[c] += the same sums, kept in double, so that a sum taken over several
+ * slices of rows rounds once, at the end (sums_flush). */
+static void colsum_f64(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) if (rows * n > (1 << 20))
+#endif
+    for (int64_t c0 = 0; c0 < n; c0 += 64)
+        colsum_block(s + c0, a, rows, c0, c0 + 64 < n ? c0 + 64 : n, lda);
 }
 
 /* acc[c] += s[c], rounded once; s zeroed for the next sum. */
@@ -262,8 +280,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         float *delta = (float *)(void *)(ws + L.dctx);
         float *blocks = (float *)(void *)(ws + L.dctx + mha__align64((size_t)(rows * m->H) * sizeof(float)));
         mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W);
-        colsum_f64(sums, dy, rows, W, W);
-        sums_flush(gb_out, sums, W);
+        mha__colsum_acc(gb_out, dy, rows, W, W);
         const int64_t nblk = (rows + MHA_DCTX_ROWS - 1) / MHA_DCTX_ROWS, H = m->H, HD = m->HD;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static)

@@ -67,7 +67,8 @@ typedef struct {
 } chunk;
 
 struct mha_optimizer {
-    mha_module *m;
+    mha_module *m;             /* what it updates: a module, */
+    mha_gpt *gpt;              /* or a GPTModel / TransformerBlock */
     opt_kind kind;
     mha_adamw_config adamw;
     mha_sgd_config sgd;
@@ -81,6 +82,37 @@ struct mha_optimizer {
     float **p, **g;            /* per step: the parameters' data and gradients */
     size_t *bad;               /* per chunk: first non-finite gradient, or SIZE_MAX */
 };
+
+/* The parameters it updates: a module's, or a GPT's as model.parameters()
+ * lists them (a tied head, the last of mha_gpt_param's list, is tok_emb's
+ * tensor and counted once). */
+static size_t target_num_params(const mha_module *m, const mha_gpt *g) {
+    if (m) return mha_module_num_params(m);
+    return mha_gpt_num_params(g) - (mha_gpt_head_tied(g) ? 1 : 0);
+}
+
+static mha_status opt_param(const mha_optimizer *o, size_t i, mha_param *p) {
+    return o->m ? mha_module_param(o->m, i, p) : mha_gpt_param(o->gpt, i, p);
+}
+
+static mha_status opt_grad(mha_optimizer *o, size_t i, mha_param *g) {
+    return o->m ? mha_module_grad(o->m, i, g) : mha_gpt_grad(o->gpt, i, g);
+}
+
+static bool opt_has_param(const mha_optimizer *o, const char *name) {
+    for (size_t i = 0; i < o->n_params; i++) {
+        mha_param p;
+        if (opt_param(o, i, &p) == MHA_OK && strcmp(p.name, name) == 0) return true;
+    }
+    return false;
+}
+
+/* The class name saved as "module". */
+static const char *opt_class(const mha_optimizer *o) {
+    const char *c = o->m ? mha_kind_name(mha_module_config(o->m)->kind)
+                         : mha_gpt_kind_name(mha_gpt_get_config(o->gpt)->kind);
+    return c ? c : "";
+}
 
 /* ------------------------------------------------------------------------ */
 /* Configurations                                                             */
@@ -214,12 +246,13 @@ void mha_optimizer_free(mha_optimizer *o) {
     free(o);
 }
 
-static mha_status create(mha_module *m, opt_kind kind, const mha_adamw_config *a,
+static mha_status create(mha_module *m, mha_gpt *gpt, opt_kind kind, const mha_adamw_config *a,
                          const mha_sgd_config *sc, mha_optimizer **out) {
-    const size_t np = mha_module_num_params(m);
+    const size_t np = target_num_params(m, gpt);
     mha_optimizer *o = calloc(1, sizeof *o);
     if (!o) return mha__fail(MHA_ERR_NOMEM, "out of memory creating the optimizer");
     o->m = m;
+    o->gpt = gpt;
     o->kind = kind;
     if (a) o->adamw = *a;
     if (sc) o->sgd = *sc;
@@ -237,7 +270,7 @@ static mha_status create(mha_module *m, opt_kind kind, const mha_adamw_config *a
     size_t total = 0, nch = 0;
     for (size_t i = 0; i < np; i++) {
         mha_param p;
-        s = mha_module_param(m, i, &p);
+        s = opt_param(o, i, &p);
         if (s != MHA_OK) goto fail;
         o->off[i] = total;
         if (!mha__add_size(total, p.numel, &total)) {
@@ -257,7 +290,7 @@ static mha_status create(mha_module *m, opt_kind kind, const mha_adamw_config *a
     nch = 0;
     for (size_t i = 0; i < np; i++) {
         mha_param p;
-        s = mha_module_param(m, i, &p);
+        s = opt_param(o, i, &p);
         if (s != MHA_OK) goto fail;
         for (size_t b = 0; b < p.numel; b += CHUNK)
             o->chunks[nch++] = (chunk){i, b, p.numel - b < CHUNK ? p.numel : b + CHUNK};
@@ -278,7 +311,16 @@ mha_status mha_optimizer_create_adamw(mha_module *m, const mha_adamw_config *c,
     if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw: NULL argument");
     mha_status s = adamw_validate(c);
     if (s != MHA_OK) return s;
-    return create(m, OPT_ADAMW, c, NULL, out);
+    return create(m, NULL, OPT_ADAMW, c, NULL, out);
+}
+
+mha_status mha_optimizer_create_adamw_gpt(mha_gpt *m, const mha_adamw_config *c, mha_optimizer **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw_gpt: out is NULL");
+    *out = NULL;
+    if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw_gpt: NULL argument");
+    mha_status s = adamw_validate(c);
+    if (s != MHA_OK) return s;
+    return create(NULL, m, OPT_ADAMW, c, NULL, out);
 }
 
 mha_status mha_optimizer_create_sgd(mha_module *m, const mha_sgd_config *c,
@@ -288,7 +330,16 @@ mha_status mha_optimizer_create_sgd(mha_module *m, const mha_sgd_config *c,
     if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd: NULL argument");
     mha_status s = sgd_validate(c);
     if (s != MHA_OK) return s;
-    return create(m, OPT_SGD, NULL, c, out);
+    return create(m, NULL, OPT_SGD, NULL, c, out);
+}
+
+mha_status mha_optimizer_create_sgd_gpt(mha_gpt *m, const mha_sgd_config *c, mha_optimizer **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd_gpt: out is NULL");
+    *out = NULL;
+    if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd_gpt: NULL argument");
+    mha_status s = sgd_validate(c);
+    if (s != MHA_OK) return s;
+    return create(NULL, m, OPT_SGD, NULL, c, out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -413,7 +464,7 @@ static mha_status check_gradients(mha_optimizer *o) {
     for (size_t c = 0; c < o->n_chunks; c++)
         if (o->bad[c] != SIZE_MAX) {
             mha_param p;
-            mha_module_param(o->m, o->chunks[c].param, &p);
+            opt_param(o, o->chunks[c].param, &p);
             const float x = o->g[o->chunks[c].param][o->bad[c]];
             return mha__fail(MHA_ERR_NONFINITE, "gradient of '%s' holds %s at element %zu; "
                              "nothing was updated", p.name, isnan(x) ? "NaN" : "infinity",
@@ -491,8 +542,8 @@ mha_status mha_optimizer_step(mha_optimizer *o) {
     if (!o) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_step: optimizer is NULL");
     for (size_t i = 0; i < o->n_params; i++) {
         mha_param p, g;
-        mha_status s = mha_module_param(o->m, i, &p);
-        if (s == MHA_OK) s = mha_module_grad(o->m, i, &g);
+        mha_status s = opt_param(o, i, &p);
+        if (s == MHA_OK) s = opt_grad(o, i, &g);
         if (s != MHA_OK) return s;
         o->p[i] = p.data;
         o->g[i] = g.data;
@@ -527,8 +578,6 @@ static char *join_name(const char *state, const char *param) {
 mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
     if (!o || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_save: NULL argument");
     const int ns = n_state_tensors(o->kind, &o->adamw, &o->sgd, o->step);
-    const mha_config *mc = mha_module_config(o->m);
-
     char v_lr[32], v_a[32], v_b[32], v_c[32], v_wd[32], v_step[24], v_np[24], v_sc[24];
     const char *meta[26];
     size_t nm = 0;
@@ -565,7 +614,7 @@ mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
     snprintf(v_np, sizeof v_np, "%zu", o->n_params);
     snprintf(v_sc, sizeof v_sc, "%zu", o->scalars);
     META("step", v_step);
-    META("module", mha_kind_name(mc->kind) ? mha_kind_name(mc->kind) : "");
+    META("module", opt_class(o));
     META("num_params", v_np);
     META("param_scalars", v_sc);
 #undef META
@@ -580,7 +629,7 @@ mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
         goto out;
     }
     for (size_t i = 0; i < o->n_params && s == MHA_OK; i++) {
-        s = mha_module_param(o->m, i, &params[i]);
+        s = opt_param(o, i, &params[i]);
         for (int k = 0; k < ns && s == MHA_OK; k++) {
             names[ne] = join_name(state_name(o->kind, k), params[i].name);
             if (!names[ne]) {
@@ -696,13 +745,12 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
     *step = (int64_t)u;
 
     /* the module this state belongs to */
-    const mha_config *mc = mha_module_config(o->m);
     const char *cls = mha_st_metadata(st, "module");
-    const char *mine = mha_kind_name(mc->kind);
+    const char *mine = opt_class(o);
     if (!cls) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no 'module'");
-    if (!mine || strcmp(cls, mine) != 0)
+    if (strcmp(cls, mine) != 0)
         return mha__fail(MHA_ERR_FORMAT, "the state is for a %.60s; this optimizer's module is "
-                         "a %s", cls, mine ? mine : "?");
+                         "a %s", cls, mine);
     uint64_t np, sc_n;
     s = meta_count(st, "num_params", SIZE_MAX, &np);
     if (s == MHA_OK) s = meta_count(st, "param_scalars", SIZE_MAX, &sc_n);
@@ -772,7 +820,7 @@ static mha_status load_st(mha_optimizer *o, const mha_st *st) {
     if (s != MHA_OK) return s;
     for (size_t i = 0; i < o->n_params && s == MHA_OK; i++) {
         mha_param p;
-        s = mha_module_param(o->m, i, &p);
+        s = opt_param(o, i, &p);
         for (int k = 0; k < ns && s == MHA_OK; k++)
             s = read_state(o->kind, k, st, &p, fresh[k] + o->off[i]);
     }
@@ -788,8 +836,7 @@ static mha_status load_st(mha_optimizer *o, const mha_st *st) {
                 if (strlen(state_name(o->kind, j)) == (size_t)(dot - t.name) &&
                     !strncmp(t.name, state_name(o->kind, j), (size_t)(dot - t.name)))
                     k = j;
-            mha_param p;
-            if (k < 0 || mha_module_find_param(o->m, dot + 1, &p) != MHA_OK)
+            if (k < 0 || !opt_has_param(o, dot + 1))
                 s = mha__fail(MHA_ERR_MISSING, "unexpected tensor '%s'", t.name);
         }
         if (s == MHA_OK) s = mha__fail(MHA_ERR_MISSING, "unexpected tensors");

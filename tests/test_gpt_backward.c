@@ -1,0 +1,215 @@
+/* test_gpt_backward.c — the chapter 4 training API: the taped forward
+ * equals mha_gpt_forward bit for bit, mha_gpt_loss_backward equals
+ * forward_tape + mha_cross_entropy + mha_gpt_backward, gradients accumulate
+ * and zero, a tied head's gradient is tok_emb's buffer, cross-entropy's
+ * values and -100, the tape's guards (consumed, another model's, the wrong
+ * kind) and argument errors with nothing changed, the optimizers over a
+ * GPT (a tied head once; save and load). Agreement with torch autograd is
+ * tests/torch_gpt_grad_diff.py's. */
+#include "test_util.h"
+
+#include <unistd.h>
+
+static mha_gpt *new_gpt(int tied, double drop, int qkv_bias) {
+    mha_gpt_config c;
+    mha_gpt_config_init(&c, MHA_GPT_MODEL);
+    c.vocab_size = 23;
+    c.context_length = 8;
+    c.emb_dim = 12;
+    c.n_heads = 3;
+    c.n_layers = 2;
+    c.drop_rate = drop;
+    c.qkv_bias = qkv_bias;
+    mha_gpt *m = NULL;
+    REQUIRE(mha_gpt_create(&c, tied, &m) == MHA_OK, "create: %s", mha_last_error());
+    mha_generator *g = NULL;
+    REQUIRE(mha_generator_create(7, &g) == MHA_OK, "generator");
+    REQUIRE(mha_gpt_init(m, g) == MHA_OK, "init: %s", mha_last_error());
+    mha_generator_free(g);
+    return m;
+}
+
+/* A copy of every gradient (numel floats each, parameter order). */
+static float *grads_copy(mha_gpt *m, size_t *n) {
+    size_t total = 0;
+    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+        mha_param g;
+        REQUIRE(mha_gpt_grad(m, i, &g) == MHA_OK, "grad");
+        total += g.numel;
+    }
+    float *c = malloc(total * sizeof *c), *at = c;
+    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+        mha_param g;
+        mha_gpt_grad(m, i, &g);
+        memcpy(at, g.data, g.numel * sizeof *at);
+        at += g.numel;
+    }
+    *n = total;
+    return c;
+}
+
+int main(void) {
+    enum { B = 2, T = 5, V = 23 };
+    int32_t idx[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) idx[i] = (i * 7 + 3) % V, tgt[i] = (i * 5 + 1) % V;
+    tgt[3] = -100;
+    mha_gpt_tape *tape = NULL, *tape2 = NULL;
+    REQUIRE(mha_gpt_tape_create(&tape) == MHA_OK && mha_gpt_tape_create(&tape2) == MHA_OK, "tape");
+    float logits[B * T * V], ref[B * T * V], dl[B * T * V], loss = 0.0f, loss2 = 0.0f;
+
+    for (int tied = 0; tied <= 1; tied++) {
+        mha_gpt *m = new_gpt(tied, 0.2, tied);
+        /* the taped forward is mha_gpt_forward, masks and all */
+        mha_generator *g1 = NULL, *g2 = NULL;
+        mha_generator_create(11, &g1);
+        mha_generator_create(11, &g2);
+        CHECK(mha_gpt_forward(m, ref, idx, B, T, 0, g1) == MHA_OK, "forward: %s", mha_last_error());
+        CHECK(mha_gpt_forward_tape(m, logits, idx, B, T, g2, tape) == MHA_OK, "forward_tape: %s", mha_last_error());
+        CHECK(memcmp(ref, logits, sizeof ref) == 0, "taped logits differ from mha_gpt_forward's (tied %d)", tied);
+        CHECK(mha_generator_random(g1) == mha_generator_random(g2), "the two forwards drew differently");
+        CHECK(mha_gpt_tape_bytes(tape) > 0, "tape empty");
+
+        /* loss_backward == forward_tape + cross_entropy + backward */
+        CHECK(mha_cross_entropy(&loss, dl, logits, tgt, B * T, V) == MHA_OK, "ce: %s", mha_last_error());
+        CHECK(mha_gpt_zero_grad(m) == MHA_OK, "zero_grad");
+        CHECK(mha_gpt_backward(m, tape, dl) == MHA_OK, "backward: %s", mha_last_error());
+        size_t n;
+        float *a = grads_copy(m, &n);
+        CHECK(mha_gpt_backward(m, tape, dl) == MHA_ERR_ARGUMENT, "a consumed tape was replayed");
+        mha_generator_manual_seed(g1, 11);
+        mha_gpt_zero_grad(m);
+        CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "loss_backward: %s",
+              mha_last_error());
+        CHECK(loss == loss2, "loss %.9g vs %.9g", (double)loss, (double)loss2);
+        float *b = grads_copy(m, &n);
+        CHECK(memcmp(a, b, n * sizeof *a) == 0, "loss_backward's gradients differ (tied %d)", tied);
+        /* accumulation: a second step adds the same again */
+        mha_generator_manual_seed(g1, 11);
+        CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "again");
+        float *c = grads_copy(m, &n);
+        /* (the GEMMs accumulate with beta = 1: 2a up to their rounding) */
+        double top = 0.0, err = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            top = fmax(top, fabs((double)a[i]));
+            err = fmax(err, fabs((double)c[i] - 2.0 * (double)a[i]));
+        }
+        CHECK(top > 0.0 && err <= 1e-6 * top, "gradients did not accumulate: %g of %g", err, top);
+        mha_param gt, gh;
+        CHECK(mha_gpt_find_grad(m, "tok_emb.weight", &gt) == MHA_OK &&
+                  mha_gpt_find_grad(m, "out_head.weight", &gh) == MHA_OK,
+              "find_grad");
+        CHECK((gt.data == gh.data) == (tied == 1), "a tied head's gradient is tok_emb's buffer (tied %d)", tied);
+        CHECK(mha_gpt_find_grad(m, "nope", &gt) == MHA_ERR_MISSING, "find_grad of an unknown name");
+        mha_gpt_zero_grad(m);
+        free(c);
+        c = grads_copy(m, &n);
+        int zero = 1;
+        for (size_t i = 0; i < n; i++) zero &= c[i] == 0.0f;
+        CHECK(zero, "zero_grad left something");
+
+        /* errors change nothing */
+        float before = c[0];
+        const int32_t bad_ids[B * T] = {V};
+        CHECK(mha_gpt_forward_tape(m, logits, bad_ids, B, T, NULL, tape) == MHA_ERR_ARGUMENT, "id out of range");
+        CHECK(mha_gpt_backward(m, tape, dl) == MHA_ERR_ARGUMENT, "a failed forward left a tape");
+        int32_t bad_t[B * T];
+        memcpy(bad_t, tgt, sizeof bad_t);
+        bad_t[4] = V;
+        CHECK(mha_gpt_loss_backward(m, &loss, NULL, idx, bad_t, B, T, NULL, tape) == MHA_ERR_ARGUMENT, "target");
+        CHECK(strstr(mha_last_error(), "position 4") != NULL, "detail: %s", mha_last_error());
+        CHECK(mha_gpt_loss_backward(m, &loss, NULL, idx, tgt, B, 9, NULL, tape) == MHA_ERR_CONTEXT_LENGTH, "T > C");
+        mha_gpt_forward_tape(m, logits, idx, B, T, NULL, tape);
+        dl[7] = NAN;
+        CHECK(mha_gpt_backward(m, tape, dl) == MHA_ERR_NONFINITE, "NaN dlogits");
+        mha_gpt *other = new_gpt(tied, 0.2, tied);
+        CHECK(mha_gpt_backward(other, tape, ref) == MHA_ERR_ARGUMENT, "another model's tape");
+        CHECK(mha_gpt_blocks_backward(m, tape, NULL, ref) == MHA_ERR_ARGUMENT, "a GPTModel tape as blocks");
+        free(c);
+        c = grads_copy(m, &n);
+        CHECK(c[0] == before && c[n - 1] == 0.0f, "a failed call changed gradients");
+        CHECK(mha_gpt_backward(m, tape, ref) == MHA_OK, "the tape survives failed backwards: %s", mha_last_error());
+
+        /* the optimizers over a GPT: every parameter once; save and load */
+        mha_adamw_config ac;
+        mha_adamw_config_init(&ac);
+        mha_optimizer *o = NULL, *o2 = NULL;
+        CHECK(mha_optimizer_create_adamw_gpt(m, &ac, &o) == MHA_OK, "adamw: %s", mha_last_error());
+        mha_param head, tok;
+        mha_gpt_find_param(m, "out_head.weight", &head);
+        mha_gpt_find_param(m, "tok_emb.weight", &tok);
+        const float h0 = head.data[5], t0 = tok.data[5];
+        mha_param gk;
+        mha_gpt_find_grad(m, "tok_emb.weight", &gk);
+        gk.data[5] = 1.0f;
+        CHECK(mha_optimizer_step(o) == MHA_OK, "step: %s", mha_last_error());
+        /* AdamW's first step moves an element by lr (weight decay aside): once, also when tied */
+        CHECK(fabsf(tok.data[5] - (t0 * (1.0f - 1e-5f) - 1e-3f)) < 1e-6f, "tok_emb moved %g", (double)(tok.data[5] - t0));
+        CHECK(!tied || head.data[5] == tok.data[5], "tied head");
+        CHECK(tied || head.data[5] != h0, "untied head not stepped");
+        char dir[] = "/tmp/mha_test_gpt_backward_XXXXXX", path[128];
+        REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
+        snprintf(path, sizeof path, "%s/opt.safetensors", dir);
+        CHECK(mha_optimizer_save(o, path) == MHA_OK, "save: %s", mha_last_error());
+        CHECK(mha_optimizer_create_adamw_gpt(m, &ac, &o2) == MHA_OK, "adamw 2");
+        CHECK(mha_optimizer_load(o2, path) == MHA_OK, "load: %s", mha_last_error());
+        CHECK(mha_optimizer_step_count(o2) == 1, "step count");
+        mha_st *st = NULL;
+        CHECK(mha_st_read_file(path, &st) == MHA_OK, "read");
+        const char *mod = st ? mha_st_metadata(st, "module") : NULL;
+        CHECK(mod && !strcmp(mod, "GPTModel"), "module %s", mod ? mod : "(none)");
+        mha_st_tensor t;
+        CHECK(st && (mha_st_find(st, "exp_avg.out_head.weight", &t) == MHA_OK) == !tied,
+              "a tied head has no state of its own (tied %d)", tied);
+        mha_st_free(st);
+        mha_optimizer *os = NULL;
+        mha_sgd_config sc;
+        mha_sgd_config_init(&sc);
+        CHECK(mha_optimizer_create_sgd_gpt(m, &sc, &os) == MHA_ERR_CONFIG, "SGD without lr");
+        unlink(path);
+        rmdir(dir);
+        mha_optimizer_free(o);
+        mha_optimizer_free(o2);
+        mha_gpt_free(other);
+        mha_generator_free(g1);
+        mha_generator_free(g2);
+        free(a);
+        free(b);
+        free(c);
+        mha_gpt_free(m);
+    }
+
+    /* cross-entropy by hand: two rows, one ignored */
+    const float z[6] = {1.0f, 2.0f, 3.0f, 0.5f, 0.5f, 0.5f};
+    const int32_t y[2] = {2, -100};
+    float d[6];
+    CHECK(mha_cross_entropy(&loss, d, z, y, 2, 3) == MHA_OK, "ce");
+    const double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
+    CHECK(fabs((double)loss - (lse - 3.0)) < 1e-6, "loss %.9g", (double)loss);
+    CHECK(fabs((double)d[2] - (exp(3.0 - lse) - 1.0)) < 1e-6 && fabs((double)d[0] - exp(1.0 - lse)) < 1e-6, "dlogits");
+    CHECK(d[3] == 0.0f && d[4] == 0.0f && d[5] == 0.0f, "an ignored row has no gradient");
+    const int32_t none[2] = {-100, -100}, out[2] = {0, 3};
+    CHECK(mha_cross_entropy(&loss, d, z, none, 2, 3) == MHA_ERR_ARGUMENT, "all ignored");
+    CHECK(mha_cross_entropy(&loss, d, z, out, 2, 3) == MHA_ERR_ARGUMENT, "target 3 of 3");
+
+    /* a TransformerBlock: blocks only */
+    mha_gpt_config c;
+    mha_gpt_config_init(&c, MHA_TRANSFORMER_BLOCK);
+    c.context_length = 8;
+    c.emb_dim = 8;
+    c.n_heads = 2;
+    mha_gpt *tb = NULL;
+    REQUIRE(mha_gpt_create_seeded(&c, 3, &tb) == MHA_OK, "block");
+    float x[2 * 3 * 8], yv[2 * 3 * 8], yr[2 * 3 * 8], dx[2 * 3 * 8];
+    test_fill(x, 48, 5);
+    CHECK(mha_gpt_blocks_forward(tb, yr, x, 2, 3, NULL) == MHA_OK, "blocks forward");
+    CHECK(mha_gpt_blocks_forward_tape(tb, yv, x, 2, 3, NULL, tape2) == MHA_OK, "blocks tape");
+    CHECK(memcmp(yr, yv, sizeof yr) == 0, "taped y differs");
+    CHECK(mha_gpt_backward(tb, tape2, yv) == MHA_ERR_ARGUMENT, "a blocks tape as a GPTModel's");
+    CHECK(mha_gpt_loss_backward(tb, &loss, NULL, idx, tgt, 1, 2, NULL, tape2) == MHA_ERR_UNSUPPORTED, "block loss");
+    CHECK(mha_gpt_blocks_forward_tape(tb, yv, x, 2, 3, NULL, tape2) == MHA_OK, "blocks tape again");
+    CHECK(mha_gpt_blocks_backward(tb, tape2, dx, yv) == MHA_OK, "blocks backward: %s", mha_last_error());
+    mha_gpt_free(tb);
+    mha_gpt_tape_free(tape);
+    mha_gpt_tape_free(tape2);
+    return TEST_END("test_gpt_backward");
+}
