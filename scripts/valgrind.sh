@@ -10,7 +10,8 @@
 # tests/test_api_tour.c does not call every function libmha.so exports.
 # What runs, each under memcheck:
 #   - tests/test_api_tour (every public function), with the best kernels
-#     and with MHA_ISA=ref; tests/test_book (the book's numbers);
+#     and with MHA_ISA=ref; tests/test_book (the book's numbers),
+#     tests/test_modules and tests/test_backward (their error paths);
 #   - each mha command once: help, version, demo, trace (and --svg), init
 #     (a module and a GPTModel), run and grad (eval and --train), train,
 #     generate (KV cache and not, sampling), tokenize (and --decode), bench
@@ -30,7 +31,7 @@ src=$(pwd)
 command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind is not installed (scripts/deps.sh --test)" >&2; exit 1; }
 grep -q '^MHA_OPENMP:BOOL=OFF' "$build/CMakeCache.txt" ||
   { echo "valgrind.sh: $build is an OpenMP build; configure one with -DMHA_OPENMP=OFF" >&2; exit 1; }
-for f in mha tests/test_api_tour tests/test_book libmha.so; do
+for f in mha tests/test_api_tour tests/test_book tests/test_modules tests/test_backward libmha.so; do
   [ -e "$build/$f" ] || { echo "valgrind.sh: $build/$f is missing (build it first)" >&2; exit 1; }
 done
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null && [ "${MHA_ISA:-}" != ref ]; then
@@ -74,6 +75,8 @@ fi
 run "API tour" "$build/tests/test_api_tour"
 MHA_ISA=ref run "API tour, reference kernels" "$build/tests/test_api_tour"
 run "the book's numbers" "$build/tests/test_book"
+run "modules: errors, workspaces, traced forward" "$build/tests/test_modules"
+run "backward: errors, the tape, every kernel set" "$build/tests/test_backward"
 
 # 3. every command
 mha=$build/mha
