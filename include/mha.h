@@ -23,7 +23,10 @@
  *
  * Errors: every fallible function returns mha_status (MHA_OK == 0, failures
  * negative). A readable detail of the last failure on the calling thread is
- * available from mha_last_error(). The library never prints, exits or aborts.
+ * available from mha_last_error(). The library never prints, exits or aborts
+ * (except on a broken internal invariant in builds without NDEBUG, whose
+ * debug assertions abort; Release defines NDEBUG). The forward refuses NaN
+ * and infinity in x (ERR_NONFINITE); what overflow does: docs/numerics.md.
  *
  * Threads: an object may be used from one thread at a time; different objects
  * may be used from different threads at once. Compute calls may use several

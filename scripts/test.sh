@@ -6,7 +6,9 @@
 #   3. the OpenBLAS GEMM backend, run under OPENBLAS_CORETYPE=Haswell on
 #      AVX2 CPUs (as some hosts set it; its kernels must not make results
 #      depend on the thread count),
-#   4. without OpenMP and without BLAS (portable fallbacks),
+#   4. without OpenMP and without BLAS (portable fallbacks), with debug
+#      assertions; then that build's API tour and every CLI command under
+#      valgrind memcheck (scripts/valgrind.sh),
 #   5. under AddressSanitizer + UndefinedBehaviorSanitizer.
 # The environment is otherwise left as the user has it.
 # Exits non-zero if any test fails.
@@ -37,6 +39,9 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
 else
   run "OpenBLAS backend" build-test-openblas -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 fi
-run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=Release -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
+# RelWithDebInfo: debug assertions on, and line numbers for valgrind
+run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
+echo "=== valgrind memcheck (the no-OpenMP build)"
+scripts/valgrind.sh build-test-noomp
 run "ASan+UBSan" build-test-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
 echo "all test configurations passed"

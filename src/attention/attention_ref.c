@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
 
+#include <assert.h>
 #include <math.h>
 
 size_t mha__attn_fwd_ref_scratch(int64_t T, int64_t HD) {
@@ -34,6 +35,7 @@ void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
     for (int64_t i = a->q_begin; i < a->q_end; i++) {
         const float *q = a->q + i * a->ldq;
         const int64_t n = a->causal ? i + 1 : T; /* visible keys */
+        assert(n >= 1); /* a causal row always sees itself: never fully masked */
 
         double m = -INFINITY;
         for (int64_t j = 0; j < n; j++) {
@@ -60,7 +62,9 @@ void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
                 keep = mha__dropout_keep(a->gen, a->drop_p);
             else if (a->drop != MHA_DROP_NONE)
                 keep = keep_ij(a, i, j);
-            if (a->drop != MHA_DROP_NONE) w = keep ? w * a->drop_scale : 0.0f;
+            /* a dropped weight is w * 0, as PyTorch's mask multiplies: a
+             * NaN weight (overflowed scores) stays NaN */
+            if (a->drop != MHA_DROP_NONE) w = keep ? w * a->drop_scale : w * 0.0f;
             if (j < n) s[j] = w;
         }
 
@@ -97,6 +101,7 @@ void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch) {
     for (int64_t i = a->causal ? k0 : 0; i < a->T; i++) {
         const float *q = a->q + i * a->ldq, *go = a->dout + i * a->lddo;
         const int64_t j_end = a->causal && i + 1 < a->k_end ? i + 1 : a->k_end;
+        assert(j_end > k0); /* causal rows start at k0: each sees a key of the range */
         for (int64_t d = 0; d < HD; d++) dq[d] = 0.0;
         for (int64_t j = k0; j < j_end; j++) {
             const float *k = a->k + j * a->ldk, *v = a->v + j * a->ldv;

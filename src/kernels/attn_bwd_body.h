@@ -79,6 +79,8 @@
 
 #include "attn_panel.h"
 
+#include <assert.h>
+
 enum {
     BKB = ATTN_BWD_KB,
     BKT = 2 * BKB, /* the most keys a tile holds (a merged edge piece) */
@@ -376,7 +378,8 @@ void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
                     prefetch_panel(a, a->causal ? t1 : 0, HD);
                 const int64_t plast = p0 + nv - 1;
                 int64_t n = kn;
-                if (a->causal && plast + 1 - t0 < n) n = plast + 1 - t0; /* >= 1: p0 >= t0 */
+                if (a->causal && plast + 1 - t0 < n) n = plast + 1 - t0;
+                assert(n >= 1); /* p0 >= t0: no causal row is fully masked */
                 float *pm = B.pm + p * (BKT * PW), *ds = B.ds + p * (BKT * PW);
                 _Alignas(64) float mx[PW], logl[PW], delta[PW];
                 for (int l = 0; l < PW; l++) {

@@ -74,6 +74,8 @@
 
 #include "attn_panel.h"
 
+#include <assert.h>
+
 enum {
     NP = ATTN_NP,
     QB = NP * PW, /* queries per q-block */
@@ -248,7 +250,10 @@ void ATTN_FWD(const mha__attn_args *a, float *scratch) {
                 const int64_t plast = (qe - p0 < PW ? qe : p0 + PW) - 1;
                 int64_t n = kn;
                 if (a->causal && plast + 1 - k0 < n) n = plast + 1 - k0;
-                if (n <= 0) continue; /* every query of the panel precedes k0 */
+                /* every query of the panel precedes k0; never the first tile:
+                 * each row sees key 0, so no causal row is fully masked */
+                assert(n >= 1 || k0 > 0);
+                if (n <= 0) continue;
                 vf tm[NV];
                 for (int v = 0; v < NV; v++) tm[v] = vf_set1(-INFINITY);
                 qk_panel(kt, ldkt, qt + p * HD * PW, HD, n, a->causal, k0, p0, st, tm);
@@ -265,9 +270,11 @@ void ATTN_FWD(const mha__attn_args *a, float *scratch) {
             float inv[PW];
             for (int l = 0; l < PW; l++) {
                 const float m = mrow[p * PW + l], s = lrow[p * PW + l];
-                /* s == 0: no visible key (cannot happen with causal) */
+                /* m == -inf: every score of the row is -inf (each row has a
+                 * key, so they overflowed): softmax is 0/0, NaN in PyTorch,
+                 * and here: O^T holds zeros, times NaN. */
                 const bool ok = s > 0.0f && m > -INFINITY;
-                inv[l] = ok ? ds / s : 0.0f;
+                inv[l] = ok ? ds / s : NAN;
                 if (a->lse && l < nv) a->lse[p0 + l] = ok ? m + logf(s) : -INFINITY;
                 if (a->stats && l < nv) {
                     a->stats[2 * (p0 + l)] = ok ? m : -INFINITY;

@@ -1,0 +1,293 @@
+/* test_api_tour.c — every public function of mha.h called at least once, on
+ * tiny shapes, each result checked for its plain meaning (the other tests
+ * check the numbers). It exists for scripts/valgrind.sh: one short program
+ * under memcheck reaches the whole public API (success paths and a few
+ * error paths), so a leak or an uninitialised read anywhere behind mha.h
+ * fails the suite. Adding a function to mha.h means calling it here:
+ * scripts/valgrind.sh checks with nm that this program references every
+ * MHA_API symbol of libmha.so. */
+#include "test_util.h"
+
+#include <unistd.h>
+
+#define OK(call) CHECK((call) == MHA_OK, "%s", mha_last_error())
+
+static char dir[64];
+static char path_buf[4][128];
+static const char *tmp(int slot, const char *name) {
+    snprintf(path_buf[slot], sizeof path_buf[slot], "%s/%s", dir, name);
+    return path_buf[slot];
+}
+
+/* Sums of what the library hands out, printed at the end: printing
+ * branches on every bit, so memcheck reports a value that was never
+ * written. */
+static int trace_steps;
+static double trace_sum;
+static void on_trace(void *user, const char *step, const char *expr, int ndim,
+                     const int64_t *shape, const float *data) {
+    (void)user, (void)step, (void)expr;
+    size_t n = 1;
+    for (int k = 0; k < ndim; k++) n *= (size_t)shape[k];
+    for (size_t i = 0; i < n; i++) trace_sum += (double)data[i];
+    trace_steps++;
+}
+
+static int streamed;
+static void on_token(void *user, int32_t id) {
+    (void)user;
+    streamed += id >= 0;
+}
+
+static void tour_status_runtime(void) {
+    CHECK(strcmp(mha_version(), MHA_VERSION_STRING) == 0, "version %s", mha_version());
+    CHECK(strcmp(mha_status_name(MHA_ERR_SHAPE), "MHA_ERR_SHAPE") == 0, "status name");
+    CHECK(strlen(mha_status_string(MHA_ERR_SHAPE)) > 0, "status string");
+    CHECK(mha_runtime_set_threads(0) == MHA_ERR_ARGUMENT, "0 threads refused");
+    CHECK(strlen(mha_last_error()) > 0, "last error after a failure");
+    OK(mha_runtime_set_threads(1));
+    CHECK(mha_runtime_threads() >= 1, "threads");
+    OK(mha_runtime_set_isa(mha_runtime_isa()));
+    CHECK(strlen(mha_runtime_blas()) > 0, "blas");
+    CHECK(strcmp(mha_dtype_name(MHA_DTYPE_F32), "F32") == 0 && mha_dtype_size(MHA_DTYPE_BF16) == 2,
+          "dtypes");
+}
+
+static void tour_generator(void) {
+    mha_generator *g = NULL;
+    OK(mha_generator_create(123, &g));
+    mha_generator_manual_seed(g, 5);
+    mha_generator_set_variant(g, MHA_RNG_DEFAULT);
+    (void)mha_generator_random(g);
+    (void)mha_generator_random64(g);
+    float a[20], b[20], w[6], bias[2], emb[12];
+    mha_generator_uniform(g, a, 20, -1.0, 1.0);
+    mha_generator_normal(g, b, 3, 0.0, 1.0);
+    mha_generator_normal(g, b, 20, 0.0, 1.0);
+    OK(mha_generator_dropout(g, a, b, 20, 0.5));
+    OK(mha_generator_linear_init(g, w, bias, 3, 2));
+    OK(mha_generator_embedding_init(g, emb, 4, 3, 1));
+    CHECK(emb[3] == 0.0f && emb[4] == 0.0f && emb[5] == 0.0f, "padding row zeroed");
+    mha_generator_free(g);
+
+    float x[12], ctx[12], wts[16], dx[12];
+    test_fill(x, 12, 1);
+    OK(mha_simple_attention_forward(ctx, wts, x, 4, 3));
+    OK(mha_simple_attention_backward(dx, x, ctx, 4, 3));
+    float y[12], sc[3] = {1, 2, 3}, sh[3] = {0, 0, 1};
+    OK(mha_layernorm_forward(y, x, sc, sh, 4, 3));
+    mha_gelu_forward(y, x, 12);
+}
+
+/* A module through forward (every flavour), backward, an optimizer, save and
+ * load, and safetensors. */
+static void tour_module(void) {
+    mha_kind kind;
+    OK(mha_kind_from_name(mha_kind_name(MHA_MULTI_HEAD_ATTENTION), &kind));
+    mha_config c = test_config(kind, 3, 4, 6, 0.25, 2, 1);
+    OK(mha_config_validate(&c));
+    CHECK(mha_config_is_batched(&c) == 1 && mha_config_output_width(&c) == 4, "config");
+    mha_module *m = NULL, *z = NULL;
+    OK(mha_module_create_seeded(&c, 123, &m));
+    OK(mha_module_create(&c, &z));
+    mha_generator *g = NULL;
+    OK(mha_generator_create(7, &g));
+    OK(mha_module_init(z, g));
+    CHECK(mha_module_config(m)->num_heads == 2, "module config");
+    mha_param p;
+    CHECK(mha_module_num_params(m) == 8, "params %zu", mha_module_num_params(m));
+    OK(mha_module_param(m, 0, &p));
+    OK(mha_module_find_param(m, "out_proj.bias", &p));
+    CHECK(mha_module_param_scalars(m) == 3 * (12 + 4) + 16 + 4, "scalars");
+    OK(mha_module_check_finite(m));
+
+    enum { B = 2, T = 5 };
+    float x[B * T * 3], y[B * T * 4], dy[B * T * 4], dx[B * T * 3], lse[B * 2 * T];
+    test_fill(x, B * T * 3, 2);
+    test_fill(dy, B * T * 4, 3);
+    const size_t ws = mha_module_workspace_size(m, B, T, 1);
+    void *work = aligned_alloc(64, (ws + 63) / 64 * 64);
+    OK(mha_module_forward(m, y, x, B, T, NULL, NULL, 0));
+    OK(mha_module_forward(m, y, x, B, T, g, work, ws));
+    mha_forward_opts o = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX, .philox_seed = 9, .lse = lse};
+    OK(mha_module_forward_ex(m, y, x, B, T, &o, NULL, 0));
+    OK(mha_module_forward_traced(m, y, x, B, T, NULL, on_trace, NULL));
+    CHECK(trace_steps > 5, "trace steps %d", trace_steps);
+    for (int i = 0; i < B * T * 4; i++) trace_sum += (double)y[i];
+
+    mha_tape *tape = NULL;
+    OK(mha_tape_create(&tape));
+    o = (mha_forward_opts){.training = 1, .rng = MHA_DROPOUT_RNG_TORCH, .generator = g};
+    OK(mha_module_forward_tape(m, y, x, B, T, &o, tape, NULL, 0));
+    CHECK(mha_tape_bytes(tape) > 0, "tape bytes");
+    const size_t bws = mha_module_backward_workspace_size(m, B, T);
+    void *bwork = aligned_alloc(64, (bws + 63) / 64 * 64);
+    OK(mha_module_backward(m, tape, dx, x, dy, bwork, bws));
+    OK(mha_module_grad(m, 0, &p));
+    OK(mha_module_find_grad(m, "W_key.weight", &p));
+    CHECK(p.data[0] != 0.0f, "a gradient");
+
+    mha_adamw_config ac;
+    mha_adamw_config_init(&ac);
+    ac.amsgrad = 1;
+    mha_optimizer *opt = NULL;
+    OK(mha_optimizer_create_adamw(m, &ac, &opt));
+    OK(mha_optimizer_step(opt));
+    OK(mha_optimizer_set_lr(opt, mha_optimizer_lr(opt) / 2));
+    OK(mha_optimizer_adamw_config(opt, &ac));
+    CHECK(strcmp(mha_optimizer_name(opt), "AdamW") == 0 && mha_optimizer_step_count(opt) == 1,
+          "optimizer");
+    OK(mha_optimizer_save(opt, tmp(0, "adamw.safetensors")));
+    OK(mha_optimizer_load(opt, tmp(0, "adamw.safetensors")));
+    mha_optimizer_free(opt);
+    mha_sgd_config sc;
+    mha_sgd_config_init(&sc);
+    sc.lr = 0.1;
+    sc.momentum = 0.9;
+    OK(mha_optimizer_create_sgd(m, &sc, &opt));
+    OK(mha_module_zero_grad(m));
+    OK(mha_optimizer_step(opt));
+    OK(mha_optimizer_sgd_config(opt, &sc));
+    OK(mha_optimizer_save(opt, tmp(0, "sgd.safetensors")));
+    CHECK(mha_optimizer_load(opt, tmp(0, "adamw.safetensors")) == MHA_ERR_FORMAT, "wrong optimizer");
+    mha_optimizer_free(opt);
+
+    /* safetensors: the module's file through every reader */
+    OK(mha_module_save(m, tmp(0, "m.safetensors")));
+    mha_module *l = NULL;
+    OK(mha_module_load(tmp(0, "m.safetensors"), &l));
+    mha_module_free(l);
+    mha_st *st = NULL, *so = NULL;
+    OK(mha_st_read_file(tmp(0, "m.safetensors"), &st));
+    OK(mha_module_from_st(st, &l));
+    CHECK(mha_st_count(st) == 9 && mha_st_metadata_count(st) >= 7, "st counts");
+    CHECK(strcmp(mha_st_metadata(st, "module"), "MultiHeadAttention") == 0, "st metadata");
+    const char *key, *value;
+    OK(mha_st_metadata_get(st, 0, &key, &value));
+    mha_st_tensor t;
+    float buf[36];
+    OK(mha_st_get(st, 1, &t));
+    OK(mha_st_find(st, "W_query.weight", &t));
+    OK(mha_st_tensor_to_f32(&t, buf, t.numel));
+    OK(mha_st_open(tmp(0, "m.safetensors"), &so));
+    OK(mha_st_find(so, "W_query.weight", &t));
+    OK(mha_st_read_f32(so, &t, buf, t.numel));
+    const int64_t shape[2] = {2, 3};
+    const mha_st_entry e = {"x", MHA_DTYPE_F32, 2, shape, x};
+    const char *const meta[2] = {"k", "v"};
+    OK(mha_st_write_file(tmp(0, "x.safetensors"), &e, 1, meta, 1));
+    mha_st_free(st);
+    mha_st_free(so);
+    FILE *f = fopen(tmp(0, "x.safetensors"), "rb");
+    REQUIRE(f != NULL, "cannot reopen %s", tmp(0, "x.safetensors"));
+    char raw[256];
+    const size_t nraw = fread(raw, 1, sizeof raw, f);
+    fclose(f);
+    OK(mha_st_parse(raw, nraw, &st));
+    mha_st_free(st);
+    CHECK(mha_st_parse(raw, nraw - 1, &st) == MHA_ERR_FORMAT && st == NULL, "truncated refused");
+
+    free(work);
+    free(bwork);
+    mha_tape_free(tape);
+    mha_module_free(l);
+    mha_module_free(z);
+    mha_module_free(m);
+    mha_generator_free(g);
+}
+
+static void tour_gpt(void) {
+    mha_gpt_kind kind;
+    OK(mha_gpt_kind_from_name(mha_gpt_kind_name(MHA_GPT_MODEL), &kind));
+    mha_gpt_config c;
+    mha_gpt_config_init(&c, kind);
+    c.vocab_size = 16, c.context_length = 8, c.emb_dim = 8, c.n_heads = 2, c.n_layers = 1;
+    OK(mha_gpt_config_validate(&c));
+    mha_gpt *m = NULL, *tied = NULL, *l = NULL;
+    OK(mha_gpt_create_seeded(&c, 123, &m));
+    OK(mha_gpt_create(&c, 1, &tied));
+    mha_generator *g = NULL;
+    OK(mha_generator_create(3, &g));
+    OK(mha_gpt_init(tied, g));
+    CHECK(mha_gpt_head_tied(tied) == 1 && mha_gpt_get_config(tied)->n_layers == 1, "tied");
+    mha_param p;
+    OK(mha_gpt_param(m, mha_gpt_num_params(m) - 1, &p));
+    OK(mha_gpt_find_param(m, "tok_emb.weight", &p));
+    CHECK(mha_gpt_param_scalars(m) > mha_gpt_param_scalars(tied), "scalars");
+
+    const int32_t ids[6] = {1, 5, 9, 2, 15, 0};
+    float logits[2 * 3 * 16], h[2 * 3 * 8];
+    OK(mha_gpt_forward(m, logits, ids, 2, 3, 0, NULL));
+    OK(mha_gpt_forward(m, logits, ids, 2, 3, 1, g));
+    test_fill(h, 2 * 3 * 8, 4);
+    OK(mha_gpt_blocks_forward(m, h, h, 2, 3, g));
+    OK(mha_gpt_cache_reset(m));
+    OK(mha_gpt_cache_feed(m, logits, ids, 4));
+    OK(mha_gpt_cache_feed(m, logits, ids + 4, 1));
+    CHECK(mha_gpt_cache_length(m) == 5, "cache length");
+
+    mha_generate_opts o;
+    mha_generate_opts_init(&o);
+    o.max_new_tokens = 6; /* passes context_length: the window slides */
+    int32_t out[16];
+    int64_t n = 0;
+    OK(mha_gpt_generate(m, out, &n, ids, 3, &o, on_token, NULL));
+    o.temperature = 0.8, o.top_k = 4, o.use_cache = 0, o.seed = 11;
+    OK(mha_gpt_generate(m, out, &n, ids, 3, &o, NULL, NULL));
+    CHECK(n == 9 && streamed == 6, "generated %lld, streamed %d", (long long)n, streamed);
+
+    OK(mha_gpt_save(m, tmp(0, "gpt.safetensors")));
+    OK(mha_gpt_load(tmp(0, "gpt.safetensors"), &l));
+    mha_gpt_free(l);
+    mha_st *st = NULL;
+    OK(mha_st_read_file(tmp(0, "gpt.safetensors"), &st));
+    OK(mha_gpt_from_st(st, &l));
+    mha_st_free(st);
+    mha_gpt_free(l);
+    mha_gpt_free(tied);
+    mha_gpt_free(m);
+    mha_generator_free(g);
+}
+
+static void tour_tokenizer(void) {
+    mha_tokenizer *t = NULL;
+    /* the error paths of the two other loaders (each reads the whole
+     * vocabulary: one successful load keeps this program short) */
+    CHECK(mha_tokenizer_load(tmp(0, "none.json"), tmp(1, "none.bpe"), &t) == MHA_ERR_IO && !t,
+          "missing files");
+    CHECK(mha_tokenizer_parse("{}", 2, "#version: 0.2\n", 14, &t) == MHA_ERR_FORMAT && !t,
+          "empty vocabulary");
+    OK(mha_tokenizer_load_dir(MHA_SOURCE_DIR "/data/gpt2", &t));
+    if (!t) return;
+    CHECK(mha_tokenizer_vocab_size(t) == 50257, "vocab size");
+    const char text[] = "Hello, world! \xF0\x9F\xA4\x97";
+    int32_t ids[32];
+    size_t n = 0, len = 0;
+    OK(mha_tokenizer_encode(t, text, sizeof text - 1, ids, 32, &n));
+    char back[64];
+    OK(mha_tokenizer_decode(t, ids, n, back, sizeof back, &len));
+    CHECK(len == sizeof text - 1 && memcmp(back, text, len) == 0, "round trip");
+    const char *bytes;
+    OK(mha_tokenizer_token(t, ids[0], &bytes, &len));
+    int32_t id = 0;
+    OK(mha_tokenizer_find(t, "<|endoftext|>", 13, &id));
+    CHECK(id == 50256, "endoftext %d", id);
+    CHECK(mha_utf8_complete(text, sizeof text - 2) == sizeof text - 5, "cut emoji");
+    mha_tokenizer_free(t);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/mha_tour_XXXXXX");
+    REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
+    tour_status_runtime();
+    tour_generator();
+    tour_module();
+    tour_gpt();
+    tour_tokenizer();
+    const char *files[] = {"adamw.safetensors", "sgd.safetensors", "m.safetensors",
+                           "x.safetensors", "gpt.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) remove(tmp(0, files[i]));
+    rmdir(dir);
+    printf("trace checksum %g\n", trace_sum);
+    return TEST_END("test_api_tour");
+}
