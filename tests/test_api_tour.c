@@ -239,6 +239,40 @@ static void tour_gpt(void) {
     OK(mha_gpt_save(m, tmp(0, "gpt.safetensors")));
     OK(mha_gpt_load(tmp(0, "gpt.safetensors"), &l));
     mha_gpt_free(l);
+
+    /* training: taped forwards, backward, cross-entropy, optimizers */
+    mha_gpt_tape *tape = NULL;
+    OK(mha_gpt_tape_create(&tape));
+    OK(mha_gpt_zero_grad(tied));
+    const int32_t targets[6] = {5, 9, 2, 15, 0, -100};
+    float loss = 0.0f, dlogits[2 * 3 * 16];
+    OK(mha_gpt_forward_tape(tied, logits, ids, 2, 3, g, tape));
+    CHECK(mha_gpt_tape_bytes(tape) > 0, "tape bytes");
+    OK(mha_cross_entropy(&loss, dlogits, logits, targets, 6, 16));
+    OK(mha_gpt_backward(tied, tape, dlogits));
+    OK(mha_gpt_loss_backward(tied, &loss, NULL, ids, targets, 2, 3, NULL, tape));
+    CHECK(loss > 0.0f, "loss %g", (double)loss);
+    OK(mha_gpt_grad(tied, 0, &p));
+    OK(mha_gpt_find_grad(tied, "out_head.weight", &p));
+    mha_adamw_config gac;
+    mha_adamw_config_init(&gac);
+    mha_optimizer *gopt = NULL;
+    OK(mha_optimizer_create_adamw_gpt(tied, &gac, &gopt));
+    OK(mha_optimizer_step(gopt));
+    mha_optimizer_free(gopt);
+    mha_sgd_config gsc;
+    mha_sgd_config_init(&gsc);
+    gsc.lr = 0.01;
+    OK(mha_optimizer_create_sgd_gpt(tied, &gsc, &gopt));
+    OK(mha_optimizer_step(gopt));
+    mha_optimizer_free(gopt);
+    float dh[2 * 3 * 8];
+    test_fill(h, 2 * 3 * 8, 5);
+    test_fill(dh, 2 * 3 * 8, 6);
+    OK(mha_gpt_blocks_forward_tape(tied, h, h, 2, 3, NULL, tape));
+    OK(mha_gpt_blocks_backward(tied, tape, dh, dh));
+    mha_gpt_tape_free(tape);
+
     mha_st *st = NULL;
     OK(mha_st_read_file(tmp(0, "gpt.safetensors"), &st));
     OK(mha_gpt_from_st(st, &l));
