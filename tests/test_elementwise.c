@@ -45,15 +45,6 @@ static float *falloc(size_t n) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
 typedef void (*varray_fn)(const float *x, float *y, size_t n);
 
-static double ulp_error(float got, double want) {
-    if (want == 0.0) return got == 0.0f ? 0.0 : (double)INFINITY;
-    int e;
-    frexp(want, &e);
-    double ulp = ldexp(1.0, e - 24);
-    if (ulp < 0x1p-149) ulp = 0x1p-149;
-    return fabs((double)got - want) / ulp;
-}
-
 static void test_vtanh(const char *name, varray_fn f, varray_fn other, uint32_t step) {
     enum { CH = 4096 };
     static float x[CH], y[CH], y2[CH];
@@ -79,7 +70,7 @@ static void test_vtanh(const char *name, varray_fn f, varray_fn other, uint32_t 
             for (size_t i = 0; i < n; i++) mismatches += !same(y[i], y2[i]);
         }
         for (size_t i = 0; i < n; i++) {
-            const double u = ulp_error(y[i], tanh((double)x[i]));
+            const double u = test_ulp_error(y[i], tanh((double)x[i]));
             if (u > worst) worst = u, worst_x = x[i];
         }
         count += n;

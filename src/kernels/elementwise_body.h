@@ -20,19 +20,11 @@
 #endif
 
 #include "simd_exp.h"
+#include "simd_lanes.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-/* Lanes summed in lane order (the fixed order every layer shares). */
-static inline float ew_lanes_sum(vf acc) {
-    float t[VW];
-    vf_storeu(t, acc);
-    float s = t[0];
-    for (int i = 1; i < VW; i++) s += t[i];
-    return s;
-}
 
 /* The first n (< VW) floats at p, zeros after them; and the way back. */
 VINL vf ew_load_part(const float *p, int64_t n) {
@@ -67,7 +59,7 @@ void LAYERNORM(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
             s1 = vf_add(s1, vf_loadu(xr + k + VW));
         }
         if (k < ev) s0 = vf_add(s0, vf_loadu(xr + k));
-        float sum = ew_lanes_sum(vf_add(s0, s1));
+        float sum = vf_sum_lanes(vf_add(s0, s1));
         for (k = ev; k < E; k++) sum += xr[k];
         const float m0 = sum * rE;
 
@@ -85,7 +77,7 @@ void LAYERNORM(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
             d0 = vf_add(d0, a);
             q0 = vf_fmadd(a, a, q0);
         }
-        float sd = ew_lanes_sum(vf_add(d0, d1)), sq = ew_lanes_sum(vf_add(q0, q1));
+        float sd = vf_sum_lanes(vf_add(d0, d1)), sq = vf_sum_lanes(vf_add(q0, q1));
         for (k = ev; k < E; k++) {
             const float a = xr[k] - m0;
             sd += a;
