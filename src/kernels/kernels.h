@@ -277,8 +277,10 @@ void mha__gelu_n(float *y, const float *x, size_t n);
  * bias (N) or NULL. The keep bits of element (i, j) are bit i * keep.ld +
  * j + keep.bit0 (keep.bits NULL: no dropout). The tiles are mha__sgemm's
  * (the M == 1 GEMV's row blocks), so the result does not depend on the
- * thread count; C + bias rounds as mha__sgemm_bias's C does where the
- * backend adds C into its product last (oneDNN, the reference loops). */
+ * thread count. The bias is added to the finished product (one rounding);
+ * mha__sgemm_bias instead has the backend accumulate into it, which equals
+ * this where the backend adds C to its product last (the reference loops;
+ * a backend that splits K may differ in the last bit). */
 typedef enum { MHA_EPI_GELU = 1, MHA_EPI_RESIDUAL = 2 } mha__epi_kind;
 typedef struct {
     mha__epi_kind kind;
