@@ -1,4 +1,4 @@
-/* isa_variants.h — the test-only instantiations of the kernel body and of
+/* isa_variants.h — the test-only instantiations of the kernel bodies and of
  * simd_exp.h, compiled per ISA in the files named below. */
 #ifndef MHA_TEST_ISA_VARIANTS_H
 #define MHA_TEST_ISA_VARIANTS_H
@@ -26,5 +26,13 @@ void mha__attn_bwd_avx2w32(const mha__attn_bwd_args *a, float *scratch);
 void vexp_array_gen16(const float *x, float *y, size_t n);
 void vexp_array_avx2(const float *x, float *y, size_t n);
 void vexp_array_avx512(const float *x, float *y, size_t n);
+
+/* y[0..n) = vf_tanh(x[0..n)), n a multiple of 16: elementwise_gen16.c,
+ * vexp_avx2.c, vexp_avx512.c. */
+void vtanh_array_gen16(const float *x, float *y, size_t n);
+void vtanh_array_avx2(const float *x, float *y, size_t n);
+void vtanh_array_avx512(const float *x, float *y, size_t n);
+/* elementwise_gen16.c: elementwise_body.h on the emulated AVX-512 layer. */
+MHA__ELEMENTWISE_DECL(gen16)
 
 #endif

@@ -50,6 +50,7 @@ VINL vf vf_bcast(const float *p) { return vf_set1(*p); }
 VINL vf vf_add(vf a, vf b) { return a + b; }
 VINL vf vf_sub(vf a, vf b) { return a - b; }
 VINL vf vf_mul(vf a, vf b) { return a * b; }
+VINL vf vf_div(vf a, vf b) { return a / b; }
 VINL vf vf_fmadd(vf a, vf b, vf c) {
     vf r;
     for (int i = 0; i < VW; i++) r[i] = fmaf(a[i], b[i], c[i]);
@@ -111,6 +112,7 @@ VINL vi vi_loadu(const int32_t *p) {
     return x;
 }
 VINL vi vi_add(vi a, vi b) { return a + b; }
+VINL vi vi_and(vi a, vi b) { return a & b; }
 VINL vi vi_xor(vi a, vi b) { return a ^ b; }
 VINL vi vi_shl(vi a, int n) { return a << (uint32_t)n; } /* 0 <= n < 32 */
 VINL vi vf_as_vi(vf x) { return (vi)x; }

@@ -100,15 +100,6 @@ static void test_philox(void) {
 /* y[0..n) = exp(x[0..n)), n a multiple of 16 (isa_variants.h). */
 typedef void (*vexp_fn)(const float *x, float *y, size_t n);
 
-static double ulp_error(float got, double want) {
-    if (want == 0.0) return got == 0.0f ? 0.0 : (double)INFINITY;
-    int e;
-    frexp(want, &e);
-    double ulp = ldexp(1.0, e - 24);
-    if (ulp < 0x1p-149) ulp = 0x1p-149;
-    return fabs((double)got - want) / ulp;
-}
-
 static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
     enum { CH = 4096 };
     static float x[CH], y[CH], y2[CH];
@@ -132,7 +123,7 @@ static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
             for (size_t i = 0; i < n; i++) mismatches += memcmp(&y[i], &y2[i], 4) != 0;
         }
         for (size_t i = 0; i < n; i++) {
-            const double u = ulp_error(y[i], exp((double)x[i]));
+            const double u = test_ulp_error(y[i], exp((double)x[i]));
             if (u > worst) {
                 worst = u;
                 worst_x = x[i];
@@ -154,7 +145,7 @@ static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
     vexp_array(px, py, 16);
     double wp = 0.0;
     for (int i = 0; i < 16; i++) {
-        const double u = ulp_error(py[i], exp((double)px[i]));
+        const double u = test_ulp_error(py[i], exp((double)px[i]));
         if (u > wp) wp = u;
     }
     printf("vexp %s: max error %.3f ULP on 16 points in [-0.35, 88.3]\n", name, wp);

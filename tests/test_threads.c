@@ -1,8 +1,11 @@
 /* test_threads.c — results do not depend on the thread count: the
  * projection GEMM (tiled by shape, tests/test_gemm.c checks its values) and
  * the module forward in eval mode, with PyTorch's dropout mask and with the
- * Philox mask, for MultiHeadAttention and the wrapper, bit for bit with 1,
- * 2, 3 and 4 threads, under every kernel set this CPU has (each named).
+ * Philox mask, for MultiHeadAttention and the wrapper; chapter 4's
+ * LayerNorm and GELU and a GPTModel's forward (eval, training, the KV
+ * cache), whose GELU and residual adds run in the GEMM's tiles: bit for bit
+ * with 1, 2, 3 and 4 threads, under every kernel set this CPU has (each
+ * named).
  * Without OpenMP there is nothing to compare: the program reports a skip
  * (exit status 77). */
 #include "kernels/kernels.h"
@@ -81,6 +84,69 @@ static void module_case(const char *isa, mha_kind kind, int64_t d_in, int64_t d_
     mha_module_free(m);
 }
 
+/* LayerNorm and GELU over many rows (the drivers' row blocks on threads). */
+static void elementwise_case(const char *isa) {
+    const int64_t rows = 300, E = 769;
+    const size_t n = (size_t)(rows * E);
+    float *x = malloc(sizeof(float) * n), *s = malloc(sizeof(float) * (size_t)E), *b = malloc(sizeof(float) * (size_t)E),
+          *y[NTHREADS], *g[NTHREADS];
+    REQUIRE(x && s && b, "alloc");
+    test_fill(x, n, 5);
+    test_fill(s, (size_t)E, 6);
+    test_fill(b, (size_t)E, 7);
+    for (int t = 0; t < NTHREADS; t++) {
+        y[t] = malloc(sizeof(float) * n);
+        g[t] = malloc(sizeof(float) * n);
+        REQUIRE(y[t] && g[t] && mha_runtime_set_threads(THREADS[t]) == MHA_OK, "threads");
+        REQUIRE(mha_layernorm_forward(y[t], x, s, b, rows, E) == MHA_OK, "layernorm: %s", mha_last_error());
+        mha_gelu_forward(g[t], x, n - 5); /* a ragged last chunk */
+    }
+    for (int t = 1; t < NTHREADS; t++) {
+        CHECK(memcmp(y[0], y[t], sizeof(float) * n) == 0, "[%s] layernorm: 1 vs %d threads bitwise", isa, THREADS[t]);
+        CHECK(memcmp(g[0], g[t], sizeof(float) * (n - 5)) == 0, "[%s] gelu: 1 vs %d threads bitwise", isa, THREADS[t]);
+    }
+    for (int t = 0; t < NTHREADS; t++) free(y[t]), free(g[t]);
+    free(x), free(s), free(b);
+}
+
+/* A small GPTModel: logits of every position in eval and training mode,
+ * and the logits of a KV-cache prefill then one decoded token. */
+static void gpt_case(const char *isa, int64_t T) {
+    mha_gpt_config c;
+    mha_gpt_config_init(&c, MHA_GPT_MODEL);
+    c.vocab_size = 300, c.context_length = 160, c.emb_dim = 96, c.n_heads = 4, c.n_layers = 2, c.qkv_bias = 1;
+    mha_gpt *m = NULL;
+    REQUIRE(mha_gpt_create_seeded(&c, 3, &m) == MHA_OK, "gpt: %s", mha_last_error());
+    const int64_t B = 2, V = c.vocab_size;
+    int32_t ids[2 * 160];
+    for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+    const size_t nl = (size_t)(B * T * V);
+    float *lg[NTHREADS][3];
+    for (int t = 0; t < NTHREADS; t++) {
+        REQUIRE(mha_runtime_set_threads(THREADS[t]) == MHA_OK, "threads");
+        for (int mode = 0; mode < 3; mode++) {
+            lg[t][mode] = malloc(sizeof(float) * nl);
+            REQUIRE(lg[t][mode] != NULL, "alloc");
+        }
+        mha_generator *g = NULL;
+        REQUIRE(mha_generator_create(11, &g) == MHA_OK, "generator");
+        REQUIRE(mha_gpt_forward(m, lg[t][0], ids, B, T, 0, NULL) == MHA_OK, "eval: %s", mha_last_error());
+        REQUIRE(mha_gpt_forward(m, lg[t][1], ids, B, T, 0, g) == MHA_OK, "train: %s", mha_last_error());
+        mha_generator_free(g);
+        REQUIRE(mha_gpt_cache_reset(m) == MHA_OK && mha_gpt_cache_feed(m, lg[t][2], ids, T) == MHA_OK &&
+                    mha_gpt_cache_feed(m, lg[t][2] + V, ids + T, 1) == MHA_OK,
+                "cache: %s", mha_last_error());
+    }
+    static const char *const modes[] = {"eval", "training", "KV cache"};
+    for (int t = 1; t < NTHREADS; t++)
+        for (int mode = 0; mode < 3; mode++)
+            CHECK(memcmp(lg[0][mode], lg[t][mode], sizeof(float) * (mode == 2 ? (size_t)(2 * V) : nl)) == 0,
+                  "[%s] GPTModel T %lld %s logits: 1 vs %d threads bitwise", isa, (long long)T, modes[mode], THREADS[t]);
+    for (int t = 0; t < NTHREADS; t++)
+        for (int mode = 0; mode < 3; mode++) free(lg[t][mode]);
+    mha_gpt_free(m);
+}
+
 int main(void) {
     REQUIRE(mha_runtime_set_threads(3) == MHA_OK, "set 3 threads");
     if (mha_runtime_threads() != 3) TEST_SKIP("test_threads", "built without OpenMP: one thread only");
@@ -95,6 +161,8 @@ int main(void) {
             module_case(isas[k], MHA_MULTI_HEAD_ATTENTION, 64, 128, 2, 3, ref ? 70 : 157, mode);
             module_case(isas[k], MHA_MULTI_HEAD_ATTENTION_WRAPPER, 24, 16, 3, 2, ref ? 40 : 131, mode);
         }
+        elementwise_case(isas[k]);
+        gpt_case(isas[k], ref ? 40 : 150);
     }
     mha_runtime_set_isa("auto");
     return TEST_END("test_threads");

@@ -95,6 +95,17 @@ static inline float rng_uniform(void) { /* [-1, 1) */
     return (float)((double)(rng_u64() >> 40) * 0x1p-23 - 1.0);
 }
 
+/* |got - want| in units in the last place of want as a float (the
+ * subnormals' spacing below FLT_MIN); 0 == 0 exactly or infinitely wrong. */
+static inline double test_ulp_error(float got, double want) {
+    if (want == 0.0) return got == 0.0f ? 0.0 : (double)INFINITY;
+    int e;
+    frexp(want, &e);
+    double ulp = ldexp(1.0, e - 24);
+    if (ulp < 0x1p-149) ulp = 0x1p-149;
+    return fabs((double)got - want) / ulp;
+}
+
 #define TEST_END(name)                                                    \
     (printf("%s: %d passed, %d failed\n", name, t_pass, t_fail), t_fail ? 1 : 0)
 

@@ -29,41 +29,19 @@
 #define MHA_GPT_MAX_DIM ((int64_t)1 << 24)
 
 /* ---- elementwise layers -------------------------------------------------- */
+/* The kernels (one body per ISA) and their row drivers are in kernels/
+ * (elementwise_body.h, elementwise.c); the forward below fuses GELU and
+ * the residual adds into the GEMMs' tiles (mha__sgemm_epilogue). */
 
 mha_status mha_layernorm_forward(float *y, const float *x, const float *scale, const float *shift,
                                  int64_t rows, int64_t E) {
     if (!y || !x || !scale || !shift) return mha__fail(MHA_ERR_ARGUMENT, "layernorm: NULL argument");
     if (rows < 0 || E < 1) return mha__fail(MHA_ERR_SHAPE, "layernorm: rows %lld, E %lld", (long long)rows, (long long)E);
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if ((double)rows * (double)E > 1e5)
-#endif
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * E;
-        float *yr = y + r * E;
-        double mean = 0.0, var = 0.0;
-        for (int64_t i = 0; i < E; i++) mean += (double)xr[i];
-        mean /= (double)E;
-        for (int64_t i = 0; i < E; i++) {
-            const double d = (double)xr[i] - mean;
-            var += d * d;
-        }
-        var /= (double)E;
-        const float mf = (float)mean, inv = (float)(1.0 / sqrt(var + 1e-5));
-        for (int64_t i = 0; i < E; i++) yr[i] = fmaf(scale[i], (xr[i] - mf) * inv, shift[i]);
-    }
+    mha__layernorm_rows(y, x, scale, shift, rows, E);
     return MHA_OK;
 }
 
-void mha_gelu_forward(float *y, const float *x, size_t n) {
-    const float c = sqrtf((float)(2.0 / 3.14159265358979323846)), k = 0.044715f;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (n > 100000)
-#endif
-    for (size_t i = 0; i < n; i++) {
-        const float v = x[i];
-        y[i] = 0.5f * v * (1.0f + tanhf(c * (v + k * v * v * v)));
-    }
-}
+void mha_gelu_forward(float *y, const float *x, size_t n) { mha__gelu_n(y, x, n); }
 
 /* ---- configuration --------------------------------------------------------- */
 
@@ -354,28 +332,36 @@ static void drop_inplace(mha_generator *g, float *x, size_t n, double p) {
     if (g && p > 0.0) mha_generator_dropout(g, x, x, n, p);
 }
 
-/* x (rows, E) += y (rows, E) */
-static void add_inplace(float *x, const float *y, int64_t n) {
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (n > 100000)
-#endif
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
-}
-
 typedef struct {
     int64_t B, T;      /* rows = B * (T - t0): the rows computed */
     int64_t t0;        /* first position computed (cache: the cached length) */
     mha_generator *g;  /* training-mode masks, or NULL */
     bool cache;        /* keys and values in m->kv (B == 1) */
     float *h, *qkv, *ctx, *ff, *att_ws;
+    uint64_t *keep;    /* training: a residual branch's keep bits (rows * E) */
     size_t att_ws_size;
 } pass;
+
+/* x (rows, E) += drop(A W^T + bias), W (E, K): the residual add (and the
+ * branch's dropout, its mask drawn first, as PyTorch draws it after the
+ * branch's Linear: nothing draws in between) as the GEMM's epilogue, on
+ * each tile while it is in cache; p->ctx takes the product. */
+static void residual_linear(const mha_gpt *m, pass *p, float *x, int64_t rows, int64_t K, const float *A,
+                            int64_t lda, const float *W, const float *bias, double pdrop) {
+    const int64_t E = m->E;
+    mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = x, .ldx = E};
+    if (pdrop > 0.0) {
+        mha__generator_keep_bits(p->g, p->keep, (size_t)(rows * E), pdrop);
+        e.keep = (mha__keep_view){.bits = p->keep, .bit0 = 0, .ld = E, .scale = mha__dropout_scale(pdrop)};
+    }
+    mha__sgemm_epilogue(rows, E, K, A, lda, W, K, p->ctx, E, &e);
+}
 
 static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
     const mha__gpt_block *b = &m->blocks[l];
     const int64_t E = m->E, T = p->T, n = T - p->t0, rows = p->B * n;
     const double pdrop = p->g ? m->cfg.drop_rate : 0.0;
-    mha_layernorm_forward(p->h, x, b->ln1_s, b->ln1_b, rows, E);
+    mha__layernorm_rows(p->h, x, b->ln1_s, b->ln1_b, rows, E);
 
     mha__attention_desc d;
     memset(&d, 0, sizeof d);
@@ -409,7 +395,7 @@ static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
         d.o = m->kq; /* context over the queries, row by row */
         d.ldo = E;
         mha__attention_forward(&d, p->att_ws, p->att_ws_size);
-        mha__sgemm_bias(false, true, rows, E, E, m->kq + p->t0 * E, E, b->w_out, E, b->b_out, p->ctx, E);
+        residual_linear(m, p, x, rows, E, m->kq + p->t0 * E, E, b->w_out, b->b_out, pdrop);
     } else {
         mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E);
         d.qkv = p->qkv;
@@ -420,17 +406,13 @@ static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
         d.o = p->qkv; /* context over Q (kernels.h allows it) */
         d.ldo = 3 * E;
         mha__attention_forward(&d, p->att_ws, p->att_ws_size);
-        mha__sgemm_bias(false, true, rows, E, E, p->qkv, 3 * E, b->w_out, E, b->b_out, p->ctx, E);
+        residual_linear(m, p, x, rows, E, p->qkv, 3 * E, b->w_out, b->b_out, pdrop);
     }
-    drop_inplace(p->g, p->ctx, (size_t)(rows * E), pdrop);
-    add_inplace(x, p->ctx, rows * E);
 
-    mha_layernorm_forward(p->h, x, b->ln2_s, b->ln2_b, rows, E);
-    mha__sgemm_bias(false, true, rows, 4 * E, E, p->h, E, b->w1, E, b->b1, p->ff, 4 * E);
-    mha_gelu_forward(p->ff, p->ff, (size_t)(rows * 4 * E));
-    mha__sgemm_bias(false, true, rows, E, 4 * E, p->ff, 4 * E, b->w2, 4 * E, b->b2, p->ctx, E);
-    drop_inplace(p->g, p->ctx, (size_t)(rows * E), pdrop);
-    add_inplace(x, p->ctx, rows * E);
+    mha__layernorm_rows(p->h, x, b->ln2_s, b->ln2_b, rows, E);
+    const mha__gemm_epilogue gelu = {.kind = MHA_EPI_GELU, .bias = b->b1};
+    mha__sgemm_epilogue(rows, 4 * E, E, p->h, E, b->w1, E, p->ff, 4 * E, &gelu);
+    residual_linear(m, p, x, rows, 4 * E, p->ff, 4 * E, b->w2, b->b2, pdrop);
 }
 
 /* Sets up p's buffers in m->ws after x (rows, E) and head_rows * V logits
@@ -448,11 +430,15 @@ static mha_status plan_pass(mha_gpt *m, pass *p, size_t extra_floats, float **ex
     d.gen = p->g;
     const size_t att = mha__attention_workspace(&d);
     if (att == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace overflows");
-    const size_t fl = (size_t)rows * (size_t)(E + 3 * E + E + 4 * E);
+    /* h, qkv, ctx, ff and (training) the keep bits, rounded up to floats */
+    const size_t keep_words = p->g ? ((size_t)rows * (size_t)E + 63) / 64 : 0;
+    const size_t fl = (size_t)rows * (size_t)(E + 3 * E + E + 4 * E) + 2 * keep_words;
     const size_t bytes = mha__align64((fl + extra_floats) * sizeof(float)) + att;
     mha_status st = grow_ws(m, bytes);
     if (st != MHA_OK) return st;
-    float *at = m->ws;
+    float *at = m->ws; /* 64-byte aligned: the keep words first */
+    p->keep = keep_words ? (uint64_t *)(void *)at : NULL;
+    at += 2 * keep_words;
     p->h = at, at += rows * E;
     p->qkv = at, at += rows * 3 * E;
     p->ctx = at, at += rows * E;
@@ -473,7 +459,7 @@ static mha_status check_ids(const mha_gpt *m, const int32_t *idx, int64_t n) {
 
 /* The head on `rows` rows of x (after final_norm into h): logits (rows, V). */
 static void head_forward(mha_gpt *m, float *logits, float *h, const float *x, int64_t rows) {
-    mha_layernorm_forward(h, x, m->lnf_s, m->lnf_b, rows, m->E);
+    mha__layernorm_rows(h, x, m->lnf_s, m->lnf_b, rows, m->E);
     mha__sgemm(false, true, rows, m->V, m->E, 1.0f, h, m->E, m->head, m->E, 0.0f, logits, m->V);
 }
 

@@ -39,6 +39,9 @@ static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
         (k)->keep_bits_raw = mha__keep_bits_raw_##sfx;   \
         (k)->dropout_apply = mha__dropout_apply_##sfx;   \
         (k)->gemv = mha__gemv_##sfx;                     \
+        (k)->layernorm = mha__layernorm_##sfx;           \
+        (k)->bias_gelu = mha__bias_gelu_##sfx;           \
+        (k)->residual_add = mha__residual_add_##sfx;     \
     } while (0)
 
 static void fill_ref(mha__kernels *k) {
@@ -62,6 +65,9 @@ static void fill_avx512(mha__kernels *k) {
     k->attn_bwd = mha__attn_bwd_avx512;
     k->attn_bwd_scratch = mha__attn_bwd_avx512_scratch;
     k->gemv = mha__gemv_avx512;
+    k->layernorm = mha__layernorm_avx512;
+    k->bias_gelu = mha__bias_gelu_avx512;
+    k->residual_add = mha__residual_add_avx512;
     /* the generator's AVX2 kernels are memory-bound; no AVX-512 versions */
 }
 #endif

@@ -251,7 +251,22 @@ typedef struct {
     int64_t lda, ldb, ldc;
     float *C;
     tile_plan p;
+    const mha__gemm_epilogue *epi; /* or NULL */
 } gemm_job;
+
+/* The epilogue on the block at rows [r0, r0 + m), columns [c0, c0 + n) of
+ * C, just computed. */
+static void epilogue(const mha__kernels *k, const mha__gemm_epilogue *e, int64_t r0, int64_t c0,
+                     int64_t m, int64_t n, float *c, int64_t ldc) {
+    const float *bias = e->bias ? e->bias + c0 : NULL;
+    if (e->kind == MHA_EPI_GELU) {
+        k->bias_gelu(c, ldc, c, ldc, m, n, bias);
+        return;
+    }
+    mha__keep_view kv = e->keep;
+    kv.bit0 += r0 * kv.ld + c0;
+    k->residual_add(e->x + r0 * e->ldx + c0, e->ldx, c, ldc, m, n, bias, kv.bits ? &kv : NULL);
+}
 
 /* Tile t: rows [r0, r1), columns [c0, c1) of C = alpha op(A) op(B) + beta C
  * (+ bias: written into C first, then accumulated into with beta = 1). */
@@ -270,13 +285,14 @@ static void run_tile(const gemm_job *j, int64_t t) {
     if (j->K > 0) {
         j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta, c,
                    j->ldc);
-        return;
+    } else {
+        for (int64_t i = 0; i < m; i++) /* K == 0: C = beta C, as BLAS defines it */
+            for (int64_t q = 0; q < n; q++) {
+                float *e = &c[i * j->ldc + q];
+                *e = beta == 0.0f ? 0.0f : beta * *e;
+            }
     }
-    for (int64_t i = 0; i < m; i++) /* K == 0: C = beta C, as BLAS defines it */
-        for (int64_t q = 0; q < n; q++) {
-            float *e = &c[i * j->ldc + q];
-            *e = beta == 0.0f ? 0.0f : beta * *e;
-        }
+    if (j->epi) epilogue(j->k, j->epi, r0, c0, m, n, c, j->ldc);
 }
 
 /* ---- one row: GEMV --------------------------------------------------------- */
@@ -294,9 +310,10 @@ void mha__gemv_ref(int64_t N, int64_t K, const float *x, const float *W, int64_t
 #define MHA_GEMV_ROWS 256
 
 /* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, rows
- * of B in fixed blocks dealt to threads. */
+ * of B in fixed blocks dealt to threads (each block then through the
+ * epilogue, if any, which adds the bias itself). */
 static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
-                      int64_t ldb, const float *bias, float *C) {
+                      int64_t ldb, const float *bias, float *C, const mha__gemm_epilogue *epi) {
     const int64_t nblk = (N + MHA_GEMV_ROWS - 1) / MHA_GEMV_ROWS;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if (nblk > 1 && (double)N * (double)K > 1e5 && !omp_in_parallel())
@@ -304,19 +321,20 @@ static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *
     for (int64_t b = 0; b < nblk; b++) {
         const int64_t n0 = b * MHA_GEMV_ROWS, n = N - n0 < MHA_GEMV_ROWS ? N - n0 : MHA_GEMV_ROWS;
         k->gemv(n, K, A, B + n0 * ldb, ldb, bias ? bias + n0 : NULL, C + n0);
+        if (epi) epilogue(k, epi, 0, n0, 1, n, C + n0, n);
     }
 }
 
 static void sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                         const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc, const float *bias) {
+                        float *C, int64_t ldc, const float *bias, const mha__gemm_epilogue *epi) {
     if (M <= 0 || N <= 0) return;
     if (M == 1 && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || bias) && K > 0) {
-        gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C);
+        gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C, epi);
         return;
     }
     gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
-                  lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1)};
+                  lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1), epi};
     const int64_t ntiles = j.p.nm * j.p.nn;
 #if defined(MHA_HAVE_OPENMP)
     if (ntiles > 1 && !omp_in_parallel()) {
@@ -350,11 +368,17 @@ static void sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                 float alpha, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc) {
-    sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+    sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
 }
 
 void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                      int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
                      int64_t ldc) {
-    sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
+    sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, NULL);
+}
+
+void mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float *C, int64_t ldc,
+                         const mha__gemm_epilogue *epi) {
+    sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, NULL, epi);
 }

@@ -20,15 +20,9 @@
 #error "define GEMV before including gemv_body.h"
 #endif
 
-#include <stdint.h>
+#include "simd_lanes.h"
 
-static inline float gemv_lanes_sum(vf acc) {
-    float t[VW];
-    vf_storeu(t, acc);
-    float s = t[0];
-    for (int i = 1; i < VW; i++) s += t[i];
-    return s;
-}
+#include <stdint.h>
 
 void GEMV(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,
           float *y) {
@@ -44,7 +38,7 @@ void GEMV(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, con
             a2 = vf_fmadd(vf_loadu(w2 + k), xv, a2);
             a3 = vf_fmadd(vf_loadu(w3 + k), xv, a3);
         }
-        float s[4] = {gemv_lanes_sum(a0), gemv_lanes_sum(a1), gemv_lanes_sum(a2), gemv_lanes_sum(a3)};
+        float s[4] = {vf_sum_lanes(a0), vf_sum_lanes(a1), vf_sum_lanes(a2), vf_sum_lanes(a3)};
         const float *w[4] = {w0, w1, w2, w3};
         for (int r = 0; r < 4; r++) {
             for (int64_t k = kv; k < K; k++) s[r] = __builtin_fmaf(w[r][k], x[k], s[r]);
@@ -55,7 +49,7 @@ void GEMV(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, con
         const float *w0 = W + n * ldw;
         vf a0 = vf_zero();
         for (int64_t k = 0; k < kv; k += VW) a0 = vf_fmadd(vf_loadu(w0 + k), vf_loadu(x + k), a0);
-        float s = gemv_lanes_sum(a0);
+        float s = vf_sum_lanes(a0);
         for (int64_t k = kv; k < K; k++) s = __builtin_fmaf(w0[k], x[k], s);
         y[n] = bias ? s + bias[n] : s;
     }

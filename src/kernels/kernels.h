@@ -215,6 +215,84 @@ void mha__gemv_avx512(int64_t N, int64_t K, const float *x, const float *W, int6
                       const float *bias, float *y);
 #endif
 
+/* ---- Elementwise (chapter 4) ---------------------------------------------
+ * Row kernels on strided rows, single-threaded (callers split rows, or the
+ * GEMM's tiles, across threads). Each output element is computed the same
+ * way whatever the rows or columns around it: LayerNorm's from its row
+ * alone, the others' from the element alone. The fast versions share one
+ * body (elementwise_body.h); the reference versions are plain C
+ * (elementwise.c). NaN and inf propagate as in the reference. */
+
+/* LayerNorm over the last dimension: y = scale * (x - mean) / sqrt(var +
+ * 1e-5) + shift per row of E, var biased. y may equal x (ldy == ldx). */
+typedef void (*mha__layernorm_fn)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
+                                  int64_t E, const float *scale, const float *shift);
+/* y = gelu(x + bias), the book's tanh form, over (rows, n); bias (n) or
+ * NULL. y may equal x (ldy == ldx). */
+typedef void (*mha__bias_gelu_fn)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,
+                                  int64_t n, const float *bias);
+/* Dropout keep bits over a (rows, n) block: element (i, j) is kept iff bit
+ * bit0 + i * ld + j of bits is set (bit b: bits[b >> 6] >> (b & 63)); a
+ * kept element is multiplied by scale, a dropped one by 0, as
+ * mha_generator_dropout does. */
+typedef struct {
+    const uint64_t *bits;
+    int64_t bit0, ld;
+    float scale;
+} mha__keep_view;
+/* The residual add: x += drop(y + bias) over (rows, n); bias (n) or NULL
+ * (then y as it is); keep NULL: no dropout. */
+typedef void (*mha__residual_fn)(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows,
+                                 int64_t n, const float *bias, const mha__keep_view *keep);
+
+#define MHA__ELEMENTWISE_DECL(sfx)                                                                 \
+    void mha__layernorm_##sfx(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,    \
+                              int64_t E, const float *scale, const float *shift);                   \
+    void mha__bias_gelu_##sfx(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows,    \
+                              int64_t n, const float *bias);                                        \
+    void mha__residual_add_##sfx(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, \
+                                 int64_t n, const float *bias, const mha__keep_view *keep);
+MHA__ELEMENTWISE_DECL(ref)
+#if defined(MHA_HAVE_AVX2_KERNELS)
+MHA__ELEMENTWISE_DECL(avx2)
+#endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+MHA__ELEMENTWISE_DECL(avx512)
+#endif
+
+/* The row drivers on the active kernels, rows in fixed blocks dealt to
+ * OpenMP threads (whatever the thread count, each row is one kernel call's
+ * work on the same operands: the same bits). For mha_layernorm_forward,
+ * mha_gelu_forward and the GPT forward. */
+void mha__layernorm_rows(float *y, const float *x, const float *scale, const float *shift,
+                         int64_t rows, int64_t E);
+void mha__gelu_n(float *y, const float *x, size_t n);
+
+/* The GEMM of nn.Linear with an epilogue: C (M, N) = A (M, K) B^T (B (N,
+ * K), row-major), then on each tile of C, right after the thread that
+ * computed it (the tile still in its cache), by the active kernels:
+ *   MHA_EPI_GELU:      C = gelu(C + bias)
+ *   MHA_EPI_RESIDUAL:  x += drop(C + bias)   (x (M, N), row stride ldx;
+ *                      C keeps A B^T, scratch)
+ * bias (N) or NULL. The keep bits of element (i, j) are bit i * keep.ld +
+ * j + keep.bit0 (keep.bits NULL: no dropout). The tiles are mha__sgemm's
+ * (the M == 1 GEMV's row blocks), so the result does not depend on the
+ * thread count. The bias is added to the finished product (one rounding);
+ * mha__sgemm_bias instead has the backend accumulate into it, which equals
+ * this where the backend adds C to its product last (the reference loops;
+ * a backend that splits K may differ in the last bit). */
+typedef enum { MHA_EPI_GELU = 1, MHA_EPI_RESIDUAL = 2 } mha__epi_kind;
+typedef struct {
+    mha__epi_kind kind;
+    const float *bias;
+    float *x;             /* RESIDUAL */
+    int64_t ldx;
+    mha__keep_view keep;  /* RESIDUAL: dropout, or .bits NULL */
+} mha__gemm_epilogue;
+void mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float *C, int64_t ldc,
+                         const mha__gemm_epilogue *epi);
+
 /* ---- The dispatch table -------------------------------------------------
  * One table per ISA (BLIS's context pattern): the reference table holds the
  * portable kernels; each ISA's table starts as a copy of the one below it
@@ -251,6 +329,10 @@ typedef struct mha__kernels {
     mha__gemm_fn gemm;
     /* y = W x (+ bias) on one thread */
     mha__gemv_fn gemv;
+    /* chapter 4's elementwise layers (above) */
+    mha__layernorm_fn layernorm;
+    mha__bias_gelu_fn bias_gelu;
+    mha__residual_fn residual_add;
 } mha__kernels;
 
 /* The kernels in use (the best the CPU has, capped by MHA_ISA read once at

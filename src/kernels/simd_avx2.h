@@ -10,12 +10,12 @@
  *                   whose lanes are all ones or all zeros, as cmp_ps gives)
  *   VW              lanes per vector
  *   vf_load/store   aligned to the vector's size (32 bytes here); _u: unaligned
- *   vf_set1/zero/bcast, add/sub/mul/min/max, fmadd (a*b+c, fused),
+ *   vf_set1/zero/bcast, add/sub/mul/div/min/max, fmadd (a*b+c, fused),
  *   fnmadd (c-a*b, fused)
  *   vf_lt, vf_eq    ordered compares (false on NaN); vf_neq_u: unordered
  *   vf_select(m,a,b) m ? a : b;  vf_keep(m,x) m ? x : 0;
  *   vf_zero_where(m,x) m ? 0 : x;  vm_any(m): some lane set;  vm_or
- *   vi_set1/iota (0, 1, .., VW-1)/loadu/add/xor/shl, vf_as_vi/vi_as_vf
+ *   vi_set1/iota (0, 1, .., VW-1)/loadu/add/and/xor/shl, vf_as_vi/vi_as_vf
  *   (bit casts), vi_lt (signed), vu_lt (unsigned), vu_mulhilo(a, b): hi
  *   and lo 32 bits of a * b unsigned (b: one value in every lane),
  *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane).

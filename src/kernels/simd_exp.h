@@ -19,7 +19,8 @@
  * only evaluates x <= 0.
  * Measured max error on [-87, 0] against double exp: see
  * tests/test_attn_kernels.c (about 1 ULP).
- * No bit tricks of the Schraudolph kind: every step is an ordinary float op. */
+ * No bit tricks of the Schraudolph kind: every step is an ordinary float op.
+ * vf_expm1 and vf_tanh (GELU's) are built on the same reduction. */
 #ifndef MHA_SIMD_EXP_H
 #define MHA_SIMD_EXP_H
 
@@ -27,9 +28,10 @@
 #error "include a SIMD layer (simd_avx2.h, simd_avx512.h) before simd_exp.h"
 #endif
 
-VINL vf vf_exp(vf x) {
-    const vf hi = vf_set1(88.37f);
-    const vf lo = vf_set1(-87.3f);
+/* The shared reduction, on an x already clamped to [-87.3, 88.37] (or
+ * NaN): *p2n = 2^n (a normal float), the return value exp(r) - 1 with
+ * exp(x) = 2^n exp(r). */
+VINL vf vf_exp_reduce(vf x, vf *p2n) {
     const vf log2e = vf_set1(0x1.715476p+0f);
     const vf shifter = vf_set1(0x1.8p23f);
     const vf ln2_hi = vf_set1(0x1.62e400p-1f);
@@ -40,8 +42,6 @@ VINL vf vf_exp(vf x) {
     const vf c5 = vf_set1(0x1.123a0ep-7f);
     const vf c6 = vf_set1(0x1.6a2454p-10f);
 
-    const vm under = vf_lt(x, lo);          /* false for NaN */
-    x = vf_min(hi, x);                      /* NaN stays NaN */
     const vf z = vf_fmadd(x, log2e, shifter); /* 1.5*2^23 + n */
     const vf n = vf_sub(z, shifter);
     vf r = vf_fnmadd(n, ln2_hi, x); /* exact */
@@ -51,12 +51,47 @@ VINL vf vf_exp(vf x) {
     p = vf_fmadd(p, r, c4);
     p = vf_fmadd(p, r, c3);
     p = vf_fmadd(p, r, c2);
-    p = vf_fmadd(p, r2, r);          /* exp(r) - 1 */
-    p = vf_add(p, vf_set1(1.0f));    /* exp(r) */
+    p = vf_fmadd(p, r2, r); /* exp(r) - 1 */
     /* 2^n: the low bits of z hold n (two's complement); n in [-126, 127]. */
-    const vi e = vi_add(vi_shl(vf_as_vi(z), 23), vi_set1(0x3F800000));
-    p = vf_mul(p, vi_as_vf(e));
+    *p2n = vi_as_vf(vi_add(vi_shl(vf_as_vi(z), 23), vi_set1(0x3F800000)));
+    return p;
+}
+
+VINL vf vf_exp(vf x) {
+    const vm under = vf_lt(x, vf_set1(-87.3f)); /* false for NaN */
+    x = vf_min(vf_set1(88.37f), x);             /* NaN stays NaN */
+    vf s;
+    vf p = vf_exp_reduce(x, &s);
+    p = vf_add(p, vf_set1(1.0f)); /* exp(r) */
+    p = vf_mul(p, s);
     return vf_zero_where(under, p);
+}
+
+/* expm1(x) = exp(x) - 1 without the cancellation near 0: 2^n (exp(r) - 1)
+ * + (2^n - 1) in one FMA, where 2^n - 1 is exact for the n that matter
+ * (|n| <= 24) and exp(r) - 1 is the reduction's own polynomial. Below
+ * -87.3 the result is -1 (exactly what exp(x) - 1 rounds to); above 88.37
+ * it is clamped like vf_exp's; NaN -> NaN. A few ULP (tests/test_elementwise.c
+ * measures it through vf_tanh). */
+VINL vf vf_expm1(vf x) {
+    x = vf_max(vf_set1(-87.3f), x); /* NaN stays NaN (max keeps b when unordered) */
+    x = vf_min(vf_set1(88.37f), x);
+    vf s;
+    const vf p = vf_exp_reduce(x, &s);
+    return vf_fmadd(s, p, vf_sub(s, vf_set1(1.0f)));
+}
+
+/* tanh(u) = sign(u) * -e / (e + 2), e = expm1(-2|u|) in (-1, 0]: no
+ * cancellation anywhere (e + 2 is in (1, 2]), so the relative error is
+ * expm1's plus two roundings, a few ULP, down to the smallest |u| (where e
+ * = -2|u| exactly and the quotient is |u|). |u| above ~9 gives exactly 1;
+ * +-inf gives +-1; NaN gives NaN; -0 gives -0 (the sign is copied as a bit). */
+VINL vf vf_tanh(vf u) {
+    const vi sign = vi_and(vf_as_vi(u), vi_set1(INT32_MIN));
+    const vf a = vi_as_vf(vi_xor(vf_as_vi(u), sign)); /* |u| */
+    const vf e = vf_expm1(vf_mul(a, vf_set1(-2.0f)));
+    const vf t = vf_div(vf_sub(vf_zero(), e), vf_add(e, vf_set1(2.0f)));
+    return vi_as_vf(vi_xor(vf_as_vi(t), sign));
 }
 
 #endif

@@ -24,6 +24,7 @@ VINL vf vf_zero(void) { return MM(setzero_ps)(); }
 VINL vf vf_add(vf a, vf b) { return MM(add_ps)(a, b); }
 VINL vf vf_sub(vf a, vf b) { return MM(sub_ps)(a, b); }
 VINL vf vf_mul(vf a, vf b) { return MM(mul_ps)(a, b); }
+VINL vf vf_div(vf a, vf b) { return MM(div_ps)(a, b); }
 VINL vf vf_fmadd(vf a, vf b, vf c) { return MM(fmadd_ps)(a, b, c); }
 VINL vf vf_fnmadd(vf a, vf b, vf c) { return MM(fnmadd_ps)(a, b, c); }
 VINL vf vf_max(vf a, vf b) { return MM(max_ps)(a, b); }
@@ -35,6 +36,7 @@ VINL vm vf_neq_u(vf a, vf b) { return MM_CMP_PS(a, b, _CMP_NEQ_UQ); }
 VINL vi vi_set1(int32_t x) { return MM(set1_epi32)(x); }
 VINL vi vi_loadu(const int32_t *p) { return MM_SI(loadu)((const void *)p); }
 VINL vi vi_add(vi a, vi b) { return MM(add_epi32)(a, b); }
+VINL vi vi_and(vi a, vi b) { return MM_SI(and)(a, b); }
 VINL vi vi_xor(vi a, vi b) { return MM_SI(xor)(a, b); }
 VINL vi vi_shl(vi a, int n) { return MM(slli_epi32)(a, (unsigned)n); }
 VINL vi vf_as_vi(vf x) { return MM_CASTPS_SI(x); }

@@ -1,0 +1,179 @@
+/* elementwise_body.h — chapter 4's elementwise layers (LayerNorm over rows,
+ * bias + GELU, residual add with dropout), written once on a SIMD layer and
+ * compiled per ISA (elementwise_avx2.c, elementwise_avx512.c; the tests
+ * also compile it on the 16-lane emulation). Their oracles are the
+ * reference entries in elementwise.c. Contracts: kernels.h.
+ *
+ * Every output element is a fixed sequence of operations that depends only
+ * on its row (LayerNorm) or on itself (the others): not on the rows around
+ * it, nor on where a caller cuts the rows or columns. The last partial
+ * vector of a row goes through the same vector code on a zero-padded copy,
+ * so a column's bits do not depend on whether it falls in a tail either.
+ *
+ * The including file defines LAYERNORM, BIAS_GELU and RESIDUAL_ADD (the
+ * functions' names) after including a layer (simd_*.h). */
+#ifndef VW
+#error "include a SIMD layer before elementwise_body.h"
+#endif
+#if !defined(LAYERNORM) || !defined(BIAS_GELU) || !defined(RESIDUAL_ADD)
+#error "define LAYERNORM, BIAS_GELU and RESIDUAL_ADD before including elementwise_body.h"
+#endif
+
+#include "simd_exp.h"
+#include "simd_lanes.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The first n (< VW) floats at p, zeros after them; and the way back. */
+VINL vf ew_load_part(const float *p, int64_t n) {
+    float t[VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof(float));
+    return vf_loadu(t);
+}
+VINL void ew_store_part(float *p, vf v, int64_t n) {
+    float t[VW];
+    vf_storeu(t, v);
+    memcpy(p, t, (size_t)n * sizeof(float));
+}
+
+/* ---- LayerNorm ------------------------------------------------------------
+ * Corrected two-pass moments in float, per row: the mean m0 from a plain
+ * sum, then d = x - m0 summed both plain (the mean's own rounding error, E
+ * times) and squared; mean = m0 + sum(d)/E, var = sum(d^2)/E - (sum(d)/E)^2
+ * (biased). Sums: two vector accumulators over pairs of vectors, a last
+ * single vector into the first, the two added, lanes in order, the scalar
+ * tail in order. 1/sqrt(var + eps) in double. */
+void LAYERNORM(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
+               const float *scale, const float *shift) {
+    const int64_t ev = E / VW * VW;
+    const float rE = 1.0f / (float)E;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        float *yr = y + r * ldy;
+        vf s0 = vf_zero(), s1 = vf_zero();
+        int64_t k = 0;
+        for (; k + 2 * VW <= ev; k += 2 * VW) {
+            s0 = vf_add(s0, vf_loadu(xr + k));
+            s1 = vf_add(s1, vf_loadu(xr + k + VW));
+        }
+        if (k < ev) s0 = vf_add(s0, vf_loadu(xr + k));
+        float sum = vf_sum_lanes(vf_add(s0, s1));
+        for (k = ev; k < E; k++) sum += xr[k];
+        const float m0 = sum * rE;
+
+        const vf mv0 = vf_set1(m0);
+        vf d0 = vf_zero(), d1 = vf_zero(), q0 = vf_zero(), q1 = vf_zero();
+        for (k = 0; k + 2 * VW <= ev; k += 2 * VW) {
+            const vf a = vf_sub(vf_loadu(xr + k), mv0), b = vf_sub(vf_loadu(xr + k + VW), mv0);
+            d0 = vf_add(d0, a);
+            d1 = vf_add(d1, b);
+            q0 = vf_fmadd(a, a, q0);
+            q1 = vf_fmadd(b, b, q1);
+        }
+        if (k < ev) {
+            const vf a = vf_sub(vf_loadu(xr + k), mv0);
+            d0 = vf_add(d0, a);
+            q0 = vf_fmadd(a, a, q0);
+        }
+        float sd = vf_sum_lanes(vf_add(d0, d1)), sq = vf_sum_lanes(vf_add(q0, q1));
+        for (k = ev; k < E; k++) {
+            const float a = xr[k] - m0;
+            sd += a;
+            sq = __builtin_fmaf(a, a, sq);
+        }
+        const float dm = sd * rE;
+        float var = __builtin_fmaf(-dm, dm, sq * rE);
+        if (!(var > 0.0f)) var = var == var ? 0.0f : var; /* rounding below 0; NaN stays */
+        const float mean = m0 + dm;
+        const float inv = (float)(1.0 / sqrt((double)var + 1e-5));
+
+        const vf mv = vf_set1(mean), iv = vf_set1(inv);
+        for (k = 0; k < ev; k += VW) {
+            const vf n = vf_mul(vf_sub(vf_loadu(xr + k), mv), iv);
+            vf_storeu(yr + k, vf_fmadd(vf_loadu(scale + k), n, vf_loadu(shift + k)));
+        }
+        if (ev < E) {
+            const int64_t t = E - ev;
+            const vf n = vf_mul(vf_sub(ew_load_part(xr + ev, t), mv), iv);
+            ew_store_part(yr + ev,
+                          vf_fmadd(ew_load_part(scale + ev, t), n, ew_load_part(shift + ev, t)), t);
+        }
+    }
+}
+
+/* ---- bias + GELU ----------------------------------------------------------
+ * The reference's operations in its order: 0.5 x (1 + tanh(c (x + k x x x)))
+ * with ((k x) x) x, c = f32(sqrt(2/pi)); tanh is simd_exp.h's vf_tanh. */
+VINL vf ew_gelu(vf x) {
+    const vf c = vf_set1(0x1.988452p-1f); /* sqrtf((float)(2 / pi)) */
+    vf k = vf_mul(vf_set1(0.044715f), x);
+    k = vf_mul(vf_mul(k, x), x);
+    const vf t = vf_tanh(vf_mul(c, vf_add(x, k)));
+    return vf_mul(vf_mul(vf_set1(0.5f), x), vf_add(vf_set1(1.0f), t));
+}
+
+void BIAS_GELU(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t n,
+               const float *bias) {
+    const int64_t nv = n / VW * VW;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        float *yr = y + r * ldy;
+        for (int64_t k = 0; k < nv; k += VW) {
+            vf v = vf_loadu(xr + k);
+            if (bias) v = vf_add(v, vf_loadu(bias + k));
+            vf_storeu(yr + k, ew_gelu(v));
+        }
+        if (nv < n) {
+            vf v = ew_load_part(xr + nv, n - nv);
+            if (bias) v = vf_add(v, ew_load_part(bias + nv, n - nv));
+            ew_store_part(yr + nv, ew_gelu(v), n - nv);
+        }
+    }
+}
+
+/* ---- residual add with dropout ------------------------------------------- */
+
+/* The n (<= VW <= 32) keep bits from bit b on, as the low bits of a word. */
+static inline uint32_t ew_bits(const uint64_t *w, int64_t b, int64_t n) {
+    const int64_t o = b & 63;
+    uint64_t v = w[b >> 6] >> o;
+    if (o + n > 64) v |= w[(b >> 6) + 1] << (64 - o);
+    return (uint32_t)v;
+}
+
+/* x + (y + bias) * (kept ? scale : 0), the keep bits' lane mask from sel
+ * (lane i: 1 << i). keep NULL: x + (y + bias). */
+VINL vf ew_residual(vf xv, vf yv, const float *bias, int64_t k, int64_t part,
+                    const mha__keep_view *keep, int64_t b0, vi sel) {
+    if (bias) yv = vf_add(yv, part < VW ? ew_load_part(bias + k, part) : vf_loadu(bias + k));
+    if (keep) {
+        const vm m = vi_test(vi_set1((int32_t)ew_bits(keep->bits, b0 + k, part)), sel);
+        yv = vf_mul(yv, vf_keep(m, vf_set1(keep->scale)));
+    }
+    return vf_add(xv, yv);
+}
+
+void RESIDUAL_ADD(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,
+                  const float *bias, const mha__keep_view *keep) {
+    static const int32_t lane_bit[32] = {
+        1 << 0,  1 << 1,  1 << 2,  1 << 3,  1 << 4,  1 << 5,  1 << 6,  1 << 7,
+        1 << 8,  1 << 9,  1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15,
+        1 << 16, 1 << 17, 1 << 18, 1 << 19, 1 << 20, 1 << 21, 1 << 22, 1 << 23,
+        1 << 24, 1 << 25, 1 << 26, 1 << 27, 1 << 28, 1 << 29, 1 << 30, INT32_MIN};
+    const vi sel = vi_loadu(lane_bit);
+    const int64_t nv = n / VW * VW;
+    for (int64_t r = 0; r < rows; r++) {
+        float *xr = x + r * ldx;
+        const float *yr = y + r * ldy;
+        const int64_t b0 = keep ? keep->bit0 + r * keep->ld : 0;
+        for (int64_t k = 0; k < nv; k += VW)
+            vf_storeu(xr + k, ew_residual(vf_loadu(xr + k), vf_loadu(yr + k), bias, k, VW, keep, b0, sel));
+        if (nv < n)
+            ew_store_part(xr + nv,
+                          ew_residual(ew_load_part(xr + nv, n - nv), ew_load_part(yr + nv, n - nv),
+                                      bias, nv, n - nv, keep, b0, sel),
+                          n - nv);
+    }
+}

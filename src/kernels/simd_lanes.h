@@ -1,0 +1,20 @@
+/* simd_lanes.h — a vector's lanes summed in lane order, on any SIMD layer
+ * (include simd_avx2.h, simd_avx512.h or tests/simd_gen16.h first): the
+ * one fixed order the kernel bodies' horizontal sums share, so that a sum
+ * does not depend on how a compiler would pair the lanes. */
+#ifndef MHA_SIMD_LANES_H
+#define MHA_SIMD_LANES_H
+
+#ifndef VW
+#error "include a SIMD layer before simd_lanes.h"
+#endif
+
+static inline float vf_sum_lanes(vf acc) {
+    float t[VW];
+    vf_storeu(t, acc);
+    float s = t[0];
+    for (int i = 1; i < VW; i++) s += t[i];
+    return s;
+}
+
+#endif

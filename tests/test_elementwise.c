@@ -1,0 +1,336 @@
+/* test_elementwise.c — chapter 4's elementwise kernels (kernels.h,
+ * elementwise_body.h) against the reference entries, by name:
+ *   1. vf_tanh (GELU's tanh, simd_exp.h) against double tanh in ULP, on
+ *      each layer (AVX2, the 16-lane emulation of AVX-512, AVX-512 where the
+ *      CPU has it), the layers' bits equal, and its special values;
+ *   2. LayerNorm, bias + GELU and the residual add with dropout of every
+ *      fast kernel set (avx2, gen16 = the AVX-512 body on the emulation,
+ *      avx512 where the CPU has it) against the reference table's: row
+ *      lengths 1, 7, 15, 17, 768, 769, strided rows, in place, NaN and inf
+ *      inputs, tails computed as the vector body computes them, the
+ *      residual add bit for bit (the same three IEEE operations);
+ *   3. mha__sgemm_epilogue (the GEMM's tiles, then the kernels per tile)
+ *      equals the GEMM followed by the kernels over the whole result, for
+ *      tiled shapes and the one-row GEMV, in every kernel set.
+ * The thread-count independence of the drivers and of the GPT forward is
+ * tests/test_threads.c's. */
+#include "kernels/kernels.h"
+#include "isa_variants.h"
+#include "test_util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    mha__layernorm_fn layernorm;
+    mha__bias_gelu_fn bias_gelu;
+    mha__residual_fn residual_add;
+} kset;
+
+static const float NAN_F = NAN, INF_F = INFINITY;
+
+/* Same bits, or both NaN. */
+static bool same(float a, float b) { return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b)); }
+
+static float *falloc(size_t n) {
+    float *p = malloc(n * sizeof(float) + 64);
+    REQUIRE(p != NULL, "alloc");
+    return p;
+}
+
+/* ---- 1. vf_tanh ------------------------------------------------------------ */
+#if defined(MHA_HAVE_AVX2_KERNELS)
+typedef void (*varray_fn)(const float *x, float *y, size_t n);
+
+static void test_vtanh(const char *name, varray_fn f, varray_fn other, uint32_t step) {
+    enum { CH = 4096 };
+    static float x[CH], y[CH], y2[CH];
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    size_t count = 0, mismatches = 0;
+    /* every step-th positive float up to 12 (tanh is 1 in float beyond
+     * ~9), and their negatives: all magnitudes from the subnormals up */
+    const float hi = 12.0f;
+    uint32_t bend;
+    memcpy(&bend, &hi, 4);
+    for (uint32_t b = 1; b <= bend;) {
+        size_t n = 0;
+        for (; n + 1 < CH && b <= bend; n += 2, b += step) {
+            memcpy(&x[n], &b, 4);
+            x[n + 1] = -x[n];
+        }
+        const size_t n16 = (n + 15) & ~(size_t)15;
+        for (size_t i = n; i < n16; i++) x[i] = 0.0f;
+        f(x, y, n16);
+        if (other) {
+            other(x, y2, n16);
+            for (size_t i = 0; i < n; i++) mismatches += !same(y[i], y2[i]);
+        }
+        for (size_t i = 0; i < n; i++) {
+            const double u = test_ulp_error(y[i], tanh((double)x[i]));
+            if (u > worst) worst = u, worst_x = x[i];
+        }
+        count += n;
+    }
+    printf("vtanh %s: max error %.3f ULP at x = %.9g over %zu points in [-12, 12]\n", name, worst,
+           (double)worst_x, count);
+    CHECK(worst <= 4.0, "vtanh %s max error %.3f ULP > 4", name, worst);
+    if (other) CHECK(mismatches == 0, "vtanh %s: %zu results differ from the AVX2 layer's", name, mismatches);
+
+    float sx[16] = {0.0f, -0.0f, INF_F, -INF_F, NAN_F, 1e30f, -1e30f, 88.0f, -100.0f, FLT_MIN, -0x1p-140f};
+    float sy[16];
+    f(sx, sy, 16);
+    CHECK(sy[0] == 0.0f && !signbit(sy[0]) && sy[1] == 0.0f && signbit(sy[1]), "vtanh(+-0) = %g, %g",
+          (double)sy[0], (double)sy[1]);
+    CHECK(sy[2] == 1.0f && sy[3] == -1.0f, "vtanh(+-inf) = %g, %g", (double)sy[2], (double)sy[3]);
+    CHECK(isnan(sy[4]), "vtanh(nan) = %g", (double)sy[4]);
+    CHECK(sy[5] == 1.0f && sy[6] == -1.0f && sy[7] == 1.0f && sy[8] == -1.0f, "vtanh(large) not +-1");
+    CHECK(sy[9] == FLT_MIN && sy[10] == -0x1p-140f, "vtanh(tiny) = %g, %g", (double)sy[9], (double)sy[10]);
+}
+#endif
+
+/* ---- 2. the kernels against the reference -------------------------------- */
+
+static const int64_t LENS[] = {1, 7, 15, 17, 768, 769};
+enum { NLENS = 6, ROWS = 5 };
+
+static void fill_row(float *x, int64_t n, float offset, float spread) {
+    for (int64_t i = 0; i < n; i++) x[i] = offset + spread * rng_uniform();
+}
+
+static void test_layernorm(const kset *k, const kset *ref) {
+    for (int li = 0; li < NLENS; li++) {
+        const int64_t E = LENS[li], ldx = E + 3, ldy = E + 5;
+        float *x = falloc((size_t)(ROWS * ldx)), *y = falloc((size_t)(ROWS * ldy)),
+              *yr = falloc((size_t)(ROWS * ldy)), *xi = falloc((size_t)(ROWS * ldx));
+        float *scale = falloc((size_t)E), *shift = falloc((size_t)E);
+        fill_row(scale, E, 1.0f, 0.5f);
+        fill_row(shift, E, 0.0f, 0.5f);
+        /* rows: centred, offset by 50 (the mean's rounding matters), tiny
+         * spread (var near eps), a NaN, an inf */
+        const float offs[ROWS] = {0.0f, 50.0f, -3.0f, 1.0f, 0.0f}, spr[ROWS] = {2.0f, 1.0f, 1e-3f, 1.0f, 1.0f};
+        for (int r = 0; r < ROWS; r++) fill_row(x + r * ldx, E, offs[r], spr[r]);
+        x[3 * ldx + E / 2] = NAN_F;
+        x[4 * ldx + E - 1] = INF_F;
+        ref->layernorm(yr, ldy, x, ldx, ROWS, E, scale, shift);
+        k->layernorm(y, ldy, x, ldx, ROWS, E, scale, shift);
+        double worst = 0.0;
+        int bad_special = 0;
+        for (int r = 0; r < ROWS; r++)
+            for (int64_t i = 0; i < E; i++) {
+                const float a = y[r * ldy + i], b = yr[r * ldy + i];
+                if (r >= 3 && E > 1) {
+                    bad_special += !(isnan(a) && isnan(b)); /* the whole row NaN */
+                    continue;
+                }
+                if (r >= 3) { /* E == 1: the row is its NaN/inf only: NaN */
+                    bad_special += isnan(b) != isnan(a);
+                    continue;
+                }
+                const double err = fabs((double)a - (double)b) / (1.0 + fabs((double)b));
+                if (err > worst || isnan(err)) worst = isnan(err) ? (double)INFINITY : err;
+            }
+        CHECK(worst <= 2e-6, "[%s] layernorm E %lld: max relative error %.3g vs ref", k->name, (long long)E, worst);
+        CHECK(bad_special == 0, "[%s] layernorm E %lld: %d NaN/inf rows differ from ref", k->name, (long long)E,
+              bad_special);
+        /* in place, and one row at a time: the same bits */
+        memcpy(xi, x, (size_t)(ROWS * ldx) * sizeof(float));
+        k->layernorm(xi, ldx, xi, ldx, ROWS, E, scale, shift);
+        int diff = 0;
+        for (int r = 0; r < ROWS; r++) {
+            k->layernorm(yr + r * ldy, ldy, x + r * ldx, ldx, 1, E, scale, shift);
+            for (int64_t i = 0; i < E; i++)
+                diff += !same(xi[r * ldx + i], y[r * ldy + i]) + !same(yr[r * ldy + i], y[r * ldy + i]);
+        }
+        CHECK(diff == 0, "[%s] layernorm E %lld: in place or row by row differs (%d)", k->name, (long long)E, diff);
+        free(x), free(y), free(yr), free(xi), free(scale), free(shift);
+    }
+}
+
+/* gelu values to test: random in [-8, 8] with the specials at the start */
+static void fill_gelu(float *x, int64_t n) {
+    static const float sp[] = {NAN, INFINITY, -INFINITY, 1e20f, -1e20f, 1e-30f, -0.0f, 0.0f, -3.0f, 40.0f, -12.0f};
+    for (int64_t i = 0; i < n; i++) x[i] = i < 11 ? sp[i] : 8.0f * rng_uniform();
+}
+
+static void test_gelu(const kset *k, const kset *ref, const kset *twin) {
+    for (int li = 0; li < NLENS; li++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const int64_t n = LENS[li], ldx = n + 2, ldy = n + 9;
+            float *x = falloc((size_t)(ROWS * ldx)), *y = falloc((size_t)(ROWS * ldy)), *yr = falloc((size_t)(ROWS * ldy)),
+                  *yt = falloc((size_t)(ROWS * ldy)), *bias = falloc((size_t)n);
+            fill_gelu(x, ROWS * ldx);
+            fill_row(bias, n, 0.0f, 0.5f);
+            const float *b = with_bias ? bias : NULL;
+            ref->bias_gelu(yr, ldy, x, ldx, ROWS, n, b);
+            k->bias_gelu(y, ldy, x, ldx, ROWS, n, b);
+            int bad = 0;
+            double worst = 0.0;
+            for (int r = 0; r < ROWS; r++)
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = b ? x[r * ldx + i] + b[i] : x[r * ldx + i];
+                    const float got = y[r * ldy + i], want = yr[r * ldy + i];
+                    if (!isfinite(want) || !isfinite(got)) {
+                        bad += !same(got, want);
+                        continue;
+                    }
+                    /* tanh's few ULP, scaled by 0.5 |v|, plus the roundings */
+                    const double tol = 3e-7 * fabs((double)v) + 3e-7 * fabs((double)want) + 1e-37;
+                    const double err = fabs((double)got - (double)want);
+                    if (err > tol) bad++;
+                    if (err / tol > worst) worst = err / tol;
+                }
+            CHECK(bad == 0, "[%s] gelu n %lld bias %d: %d values off the reference (worst %.2f x tolerance)", k->name,
+                  (long long)n, with_bias, bad, worst);
+            /* element by element (every one a tail) and in place: the same bits;
+             * the twin layer (same operations lane by lane): the same bits */
+            memcpy(yt, x, (size_t)(ROWS * ldx) * sizeof(float));
+            k->bias_gelu(yt, ldx, yt, ldx, ROWS, n, b);
+            int diff = 0;
+            for (int r = 0; r < ROWS; r++)
+                for (int64_t i = 0; i < n; i++) {
+                    float one;
+                    k->bias_gelu(&one, 1, x + r * ldx + i, 1, 1, 1, b ? b + i : NULL);
+                    diff += !same(one, y[r * ldy + i]) + !same(yt[r * ldx + i], y[r * ldy + i]);
+                }
+            if (twin) {
+                twin->bias_gelu(yt, ldy, x, ldx, ROWS, n, b);
+                for (int r = 0; r < ROWS; r++)
+                    for (int64_t i = 0; i < n; i++) diff += !same(yt[r * ldy + i], y[r * ldy + i]);
+            }
+            CHECK(diff == 0, "[%s] gelu n %lld: tails, in place or the %s layer differ (%d)", k->name, (long long)n,
+                  twin ? twin->name : "-", diff);
+            free(x), free(y), free(yr), free(yt), free(bias);
+        }
+}
+
+static void test_residual(const kset *k, const kset *ref) {
+    for (int li = 0; li < NLENS; li++)
+        for (int mode = 0; mode < 4; mode++) { /* bit 0: bias; bit 1: dropout */
+            const int64_t n = LENS[li], ldx = n + 1, ldy = n + 4, kld = n + 3;
+            float *x = falloc((size_t)(ROWS * ldx)), *xr = falloc((size_t)(ROWS * ldx)), *y = falloc((size_t)(ROWS * ldy)),
+                  *bias = falloc((size_t)n);
+            const size_t nbits = (size_t)(5 + ROWS * kld);
+            uint64_t *bits = calloc((nbits + 63) / 64, sizeof(uint64_t));
+            REQUIRE(bits != NULL, "alloc");
+            for (size_t w = 0; w < (nbits + 63) / 64; w++) bits[w] = rng_u64();
+            fill_row(x, ROWS * ldx, 0.0f, 3.0f);
+            fill_row(y, ROWS * ldy, 0.0f, 3.0f);
+            fill_row(bias, n, 0.0f, 1.0f);
+            y[0] = NAN_F;
+            if (n > 2) y[ldy + 2] = -INF_F, x[2] = -0.0f, y[2] = -0.0f;
+            memcpy(xr, x, (size_t)(ROWS * ldx) * sizeof(float));
+            const mha__keep_view kv = {bits, 5, kld, 1.0f / 0.9f};
+            const float *b = mode & 1 ? bias : NULL;
+            const mha__keep_view *keep = mode & 2 ? &kv : NULL;
+            ref->residual_add(xr, ldx, y, ldy, ROWS, n, b, keep);
+            k->residual_add(x, ldx, y, ldy, ROWS, n, b, keep);
+            int diff = 0;
+            for (int r = 0; r < ROWS; r++)
+                for (int64_t i = 0; i < n; i++) diff += !same(x[r * ldx + i], xr[r * ldx + i]);
+            CHECK(diff == 0, "[%s] residual n %lld bias %d dropout %d: %d values differ from the reference", k->name,
+                  (long long)n, mode & 1, mode >> 1, diff);
+            free(x), free(xr), free(y), free(bias), free(bits);
+        }
+}
+
+/* ---- 3. the GEMM's epilogue ------------------------------------------------ */
+
+static void test_epilogue(const char *isa, int64_t M, int64_t N, int64_t K, bool drop) {
+    const mha__kernels *k = mha__kernels_active();
+    float *A = falloc((size_t)(M * K)), *W = falloc((size_t)(N * K)), *bias = falloc((size_t)N);
+    float *c1 = falloc((size_t)(M * N)), *c2 = falloc((size_t)(M * N)), *x1 = falloc((size_t)(M * N)),
+          *x2 = falloc((size_t)(M * N));
+    uint64_t *bits = calloc((size_t)(M * N + 127) / 64, sizeof(uint64_t));
+    REQUIRE(bits != NULL, "alloc");
+    for (int64_t w = 0; w < (M * N + 127) / 64; w++) bits[w] = rng_u64();
+    fill_row(A, M * K, 0.0f, 1.0f);
+    fill_row(W, N * K, 0.0f, 0.2f);
+    fill_row(bias, N, 0.0f, 1.0f);
+    fill_row(x1, M * N, 0.0f, 1.0f);
+    memcpy(x2, x1, (size_t)(M * N) * sizeof(float));
+    /* GELU: tiles through the kernel = the GEMM, then the kernel on all of C */
+    const mha__gemm_epilogue g = {.kind = MHA_EPI_GELU, .bias = bias};
+    mha__sgemm_epilogue(M, N, K, A, K, W, K, c1, N, &g);
+    mha__sgemm(false, true, M, N, K, 1.0f, A, K, W, K, 0.0f, c2, N);
+    k->bias_gelu(c2, N, c2, N, M, N, bias);
+    CHECK(memcmp(c1, c2, (size_t)(M * N) * sizeof(float)) == 0, "[%s] GEMM %lldx%lldx%lld + gelu epilogue differs",
+          isa, (long long)M, (long long)N, (long long)K);
+    /* residual: x1 += drop(A W^T + bias) through the tiles */
+    mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = x1, .ldx = N};
+    const mha__keep_view kv = {bits, 3, N, 1.25f};
+    if (drop) e.keep = kv;
+    mha__sgemm_epilogue(M, N, K, A, K, W, K, c1, N, &e);
+    mha__sgemm(false, true, M, N, K, 1.0f, A, K, W, K, 0.0f, c2, N);
+    k->residual_add(x2, N, c2, N, M, N, bias, drop ? &kv : NULL);
+    CHECK(memcmp(x1, x2, (size_t)(M * N) * sizeof(float)) == 0,
+          "[%s] GEMM %lldx%lldx%lld + residual epilogue (dropout %d) differs", isa, (long long)M, (long long)N,
+          (long long)K, drop);
+    free(A), free(W), free(bias), free(c1), free(c2), free(x1), free(x2), free(bits);
+}
+
+int main(void) {
+    const mha__kernels *kref = mha__kernels_get(MHA_ISA_REF);
+    REQUIRE(kref != NULL, "reference table");
+    const kset ref = {"ref", kref->layernorm, kref->bias_gelu, kref->residual_add};
+    kset fast[3];
+    int n_fast = 0;
+    /* The AVX-512 body on its emulation: portable, always tested. Its
+     * elementwise kernels are lane-wise, so they equal AVX2's bits. */
+    const kset gen16 = {"gen16", mha__layernorm_gen16, mha__bias_gelu_gen16, mha__residual_add_gen16};
+    fast[n_fast++] = gen16;
+    const kset *twin_of_gen16 = NULL;
+    const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);
+    kset avx2;
+    if (k2) {
+        avx2 = (kset){"avx2", k2->layernorm, k2->bias_gelu, k2->residual_add};
+        fast[n_fast++] = avx2;
+        twin_of_gen16 = &fast[n_fast - 1];
+    } else {
+        printf("no AVX2 kernels here: the reference and the emulated AVX-512 body only\n");
+    }
+    if (k5)
+        fast[n_fast++] = (kset){"avx512", k5->layernorm, k5->bias_gelu, k5->residual_add};
+    else
+        printf("no AVX-512 here: its body tested through the emulation (gen16) only\n");
+
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (k2) {
+        test_vtanh("avx2", vtanh_array_avx2, NULL, 37);
+        test_vtanh("gen16", vtanh_array_gen16, vtanh_array_avx2, 151); /* emulated: slow */
+#if defined(MHA_HAVE_AVX512_KERNELS)
+        if (k5) test_vtanh("avx512", vtanh_array_avx512, vtanh_array_gen16, 151);
+#endif
+    }
+#endif
+    for (int i = 0; i < n_fast; i++) {
+        test_layernorm(&fast[i], &ref);
+        test_gelu(&fast[i], &ref, i == 0 ? twin_of_gen16 : NULL);
+        test_residual(&fast[i], &ref);
+    }
+    if (k5) { /* the real AVX-512 kernels give the emulation's bits */
+        test_gelu(&fast[n_fast - 1], &ref, &fast[0]);
+        float x[3 * 769], y1[3 * 769], y2[3 * 769], s[769], t[769];
+        fill_row(x, 3 * 769, 2.0f, 3.0f);
+        fill_row(s, 769, 1.0f, 0.3f);
+        fill_row(t, 769, 0.0f, 0.3f);
+        fast[n_fast - 1].layernorm(y1, 769, x, 769, 3, 769, s, t);
+        gen16.layernorm(y2, 769, x, 769, 3, 769, s, t);
+        CHECK(memcmp(y1, y2, sizeof y1) == 0, "avx512 layernorm differs from its emulation");
+    }
+
+    const char *const isas[] = {"ref", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        if (!TEST_USE_ISA(isas[i])) continue;
+        test_epilogue(isas[i], 300, 770, 64, false);
+        test_epilogue(isas[i], 300, 770, 64, true);
+        test_epilogue(isas[i], 1, 1000, 96, true);
+        test_epilogue(isas[i], 1, 1000, 96, false);
+        test_epilogue(isas[i], 37, 19, 5, true);
+    }
+    mha_runtime_set_isa("auto");
+    return TEST_END("test_elementwise");
+}
