@@ -439,7 +439,13 @@ def main():
                  ({"vocab_size": 97, "context_length": 16, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
                    "drop_rate": 0.5, "qkv_bias": False}, 2, 16, True),
                  ({"vocab_size": 7, "context_length": 4, "emb_dim": 4, "n_heads": 1, "n_layers": 1,
-                   "drop_rate": 0.0, "qkv_bias": False}, 1, 1, False)]
+                   "drop_rate": 0.0, "qkv_bias": False}, 1, 1, False),
+                 # large enough (192 rows of 96) that a taped forward adding a bias in
+                 # another order than mha run's GEMM epilogues gives other bits
+                 ({"vocab_size": 300, "context_length": 64, "emb_dim": 96, "n_heads": 4, "n_layers": 2,
+                   "drop_rate": 0.1, "qkv_bias": True}, 3, 64, True),
+                 ({"vocab_size": 300, "context_length": 64, "emb_dim": 96, "n_heads": 4, "n_layers": 2,
+                   "drop_rate": 0.1, "qkv_bias": True}, 3, 64, False)]
         for i, (cfg, B, T, train) in enumerate(fixed):
             model_case(binary, tmp, i, cfg, B, T, train, stats, ignore=True)
         for i in range(len(fixed), len(fixed) + a.count):

@@ -19,9 +19,11 @@
  * gradients land in one buffer).
  *
  * The forward here is gpt.c's written out with the tape's buffers: the same
- * calls (mha_layernorm_forward, mha__sgemm_bias, the attention layer,
- * mha_gelu_forward) in the same order with the same dropout draws, so its
- * logits are mha_gpt_forward's bit for bit. Every GEMM goes through
+ * kernels (LayerNorm, mha__sgemm_bias, the attention layer, GELU, the
+ * residual GEMM epilogue) in the same order with the same dropout draws, so
+ * its logits are mha_gpt_forward's bit for bit (torch_gpt_grad_diff checks
+ * it against mha run); where gpt.c fuses GELU into a GEMM's epilogue, this
+ * one keeps GELU's input for the backward and applies the same operations. Every GEMM goes through
  * mha__sgemm (tiles fixed by the shape), column sums run rows in order and
  * the embedding scatter-add splits columns, never rows, over threads: the
  * gradients do not depend on the thread count. */
@@ -29,6 +31,7 @@
 
 #include "attention/attention.h"
 #include "common/common.h"
+#include "generator/generator.h"
 #include "kernels/kernels.h"
 #include "modules/modules.h"
 
@@ -67,6 +70,7 @@ struct mha_gpt_tape {
     /* scratch: forward and backward */
     float *t0, *t1, *t2, *t3; /* (R, E) each */
     float *t4;          /* (R, 4E) */
+    uint64_t *kb;       /* drop_shortcut's keep bits as drawn (training only) */
     void *att_ws;
     size_t att_ws_size;
     void *buf;          /* one allocation holding all of the above */
@@ -210,6 +214,7 @@ static bool layout(mha_gpt_tape *t, const mha_gpt *m, carver *c, int64_t B, int6
     o->t2 = carve(c, R * E, f);
     o->t3 = carve(c, R * E, f);
     o->t4 = carve(c, R * 4 * E, f);
+    o->kb = drop ? carve(c, (R * E + 63) / 64, sizeof(uint64_t)) : NULL;
     o->att_ws_size = att > att_b ? att : att_b;
     o->att_ws = carve(c, o->att_ws_size, 1);
     return c->ok;
@@ -249,18 +254,37 @@ static void draw_noise(mha_generator *g, float *noise, size_t n, double p) {
     mha_generator_dropout(g, noise, noise, n, p);
 }
 
-/* y = x + a * noise (noise NULL: x + a) */
-static void residual(float *y, const float *x, const float *a, const float *noise, int64_t n) {
+/* y = x + drop(A W^T + bias), W (E, K), as gpt.c's residual_linear computes
+ * it (the same GEMM epilogue on the same tiles, the mask drawn the same
+ * way), x kept: y is a copy of x that the epilogue adds into. noise gets
+ * the mask as drop_shortcut's factors (0 or 1/(1-p)) for the backward. */
+static void residual_linear(mha_gpt_tape *t, const mha_gpt *m, mha_generator *g, float *y, const float *x,
+                            int64_t K, const float *A, const float *W, const float *bias, float *noise) {
+    const int64_t E = m->E, R = t->B * t->T, n = R * E;
+    memcpy(y, x, (size_t)n * sizeof(float));
+    mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = y, .ldx = E};
+    if (t->drop) {
+        const double p = m->cfg.drop_rate;
+        const float scale = mha__dropout_scale(p);
+        mha__generator_keep_bits(g, t->kb, (size_t)n, p);
+        e.keep = (mha__keep_view){.bits = t->kb, .bit0 = 0, .ld = E, .scale = scale};
+        for (int64_t i = 0; i < n; i++) noise[i] = (t->kb[i >> 6] >> (i & 63)) & 1 ? scale : 0.0f;
+    }
+    mha__sgemm_epilogue(R, E, K, A, K, W, K, t->t0, E, &e);
+}
+
+/* a (rows, n) += bias, row by row */
+static void add_bias(float *a, const float *bias, int64_t rows, int64_t n) {
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (n > 100000)
+#pragma omp parallel for schedule(static) if (rows * n > 100000)
 #endif
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] + (noise ? a[i] * noise[i] : a[i]);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) a[r * n + j] += bias[j];
 }
 
 /* The blocks over t->blk[0].x, leaving the result in t->out. */
 static mha_status blocks_forward(mha_gpt *m, mha_gpt_tape *t, mha_generator *g) {
     const int64_t E = m->E, R = t->B * t->T;
-    const double p = m->cfg.drop_rate;
     for (int64_t l = 0; l < m->L; l++) {
         const mha__gpt_block *b = &m->blocks[l];
         tape_block *tb = &t->blk[l];
@@ -275,15 +299,15 @@ static mha_status blocks_forward(mha_gpt *m, mha_gpt_tape *t, mha_generator *g) 
         d.keep_bits = tb->bits;
         mha_status st = mha__attention_forward(&d, t->att_ws, t->att_ws_size);
         if (st != MHA_OK) return st;
-        mha__sgemm_bias(false, true, R, E, E, tb->o, E, b->w_out, E, b->b_out, t->t0, E);
-        if (t->drop) draw_noise(g, tb->n1, (size_t)(R * E), p);
-        residual(tb->x1, tb->x, t->t0, tb->n1, R * E);
+        residual_linear(t, m, g, tb->x1, tb->x, E, tb->o, b->w_out, b->b_out, tb->n1);
         mha_layernorm_forward(tb->h2, tb->x1, b->ln2_s, b->ln2_b, R, E);
-        mha__sgemm_bias(false, true, R, 4 * E, E, tb->h2, E, b->w1, E, b->b1, tb->f, 4 * E);
+        /* gpt.c's GELU epilogue computes gelu(A W1^T + b1) on the product's
+         * tiles; here the sum is kept (f, the backward's input) and GELU
+         * runs on it, the same operations in the same order */
+        mha__sgemm(false, true, R, 4 * E, E, 1.0f, tb->h2, E, b->w1, E, 0.0f, tb->f, 4 * E);
+        add_bias(tb->f, b->b1, R, 4 * E);
         mha_gelu_forward(tb->g, tb->f, (size_t)(R * 4 * E));
-        mha__sgemm_bias(false, true, R, E, 4 * E, tb->g, 4 * E, b->w2, 4 * E, b->b2, t->t0, E);
-        if (t->drop) draw_noise(g, tb->n2, (size_t)(R * E), p);
-        residual(y, tb->x1, t->t0, tb->n2, R * E);
+        residual_linear(t, m, g, y, tb->x1, 4 * E, tb->g, b->w2, b->b2, tb->n2);
     }
     return MHA_OK;
 }
