@@ -21,7 +21,7 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     if (!e || !shapes) {
         mha__free(e);
         mha__free(shapes);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        return mha__nomem("out of memory");
     }
     for (size_t i = 0; i < m->n_params; i++) {
         const mha_param *p = &m->params[i];
@@ -207,7 +207,7 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
     float *tmp = mha__alloc((size_t)(4 * E * E) * sizeof(float));
     if (!tmp) {
         mha_gpt_free(m);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        return mha__nomem("out of memory");
     }
     s = take(st, &wte, m->tok_emb, m->V, E, false, NULL);
     if (s == MHA_OK) s = take(st, &wpe, m->pos_emb, m->C, E, false, NULL);
@@ -376,7 +376,7 @@ mha_status mha_gpt_generate(mha_gpt *m, int32_t *out, int64_t *n_out, const int3
     const int64_t V = m->V, C = m->C;
     float *logits = mha__alloc((size_t)V * sizeof(float));
     mha_generator *g = NULL;
-    mha_status s = logits ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory");
+    mha_status s = logits ? MHA_OK : mha__nomem("out of memory");
     if (s == MHA_OK && o->temperature > 0.0) s = mha_generator_create(o->seed, &g);
     int64_t n = n_prompt;
     if (s == MHA_OK) memcpy(out, prompt, (size_t)n_prompt * sizeof(int32_t));

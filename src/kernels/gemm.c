@@ -27,6 +27,8 @@
 #endif
 #if defined(MHA_HAVE_OPENBLAS)
 #include <dlfcn.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #endif
 #if defined(MHA_HAVE_OPENMP)
 #include <omp.h>
@@ -37,7 +39,7 @@ static inline float at(const float *X, int64_t ld, bool trans, int64_t i, int64_
     return trans ? X[j * ld + i] : X[i * ld + j];
 }
 
-void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+bool mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *A, int64_t lda, const float *B,
                     int64_t ldb, float beta, float *C, int64_t ldc) {
     for (int64_t i = 0; i < M; i++) {
@@ -49,6 +51,7 @@ void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
             *c = (beta == 0.0f) ? alpha * acc : alpha * acc + beta * *c;
         }
     }
+    return true;
 }
 
 /* Portable blocked kernel for builds without BLAS: the inner loop is an
@@ -91,6 +94,11 @@ static struct {
 } backend;
 static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
 
+/* What one backend call did: computed the tile, failed for lack of memory
+ * (C untouched or partly written: the caller fails the whole GEMM), or
+ * cannot take these arguments (the builtin kernel then runs). */
+typedef enum { BACKEND_DONE, BACKEND_NOMEM, BACKEND_CANNOT } backend_result;
+
 #if defined(MHA_HAVE_ONEDNN)
 void mha__sgemm_backend_cap_avx2(void) {
     /* Effective only before oneDNN's first use (the dispatch calls this
@@ -112,17 +120,26 @@ static const char *onednn_isa(dnnl_cpu_isa_t isa) {
     }
 }
 
+static const char *backend_buffer_size(void) { return "oneDNN's packing buffers, sized by oneDNN"; }
+static bool backend_reserve(int callers) { (void)callers; return true; } /* oneDNN reports */
+
 static void load_backend(void) {
     const dnnl_version_t *v = dnnl_version();
     snprintf(backend.name, sizeof backend.name, "onednn %d.%d.%d (%s)", v->major, v->minor,
              v->patch, onednn_isa(dnnl_get_effective_cpu_isa()));
 }
 
-static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                         float beta, float *C, int64_t ldc) {
-    return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
-                      beta, C, ldc) == dnnl_success;
+static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
+    /* dnnl_sgemm allocates its packing buffers per call and says so when it
+     * cannot (dnnl_out_of_memory); that is the caller's MHA_ERR_NOMEM. */
+    switch (dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+                       beta, C, ldc)) {
+    case dnnl_success: return BACKEND_DONE;
+    case dnnl_out_of_memory: return BACKEND_NOMEM;
+    default: return BACKEND_CANNOT;
+    }
 }
 
 #elif defined(MHA_HAVE_OPENBLAS)
@@ -133,6 +150,35 @@ static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
 void mha__sgemm_backend_cap_avx2(void) {} /* OpenBLAS takes no such order */
+
+/* OpenBLAS cannot fail: its buffer allocator (blas_memory_alloc, 0.3.21 as
+ * Debian 12 ships it) retries a failed allocation forever. Every call of
+ * cblas_sgemm takes one buffer from a pool and gives it back; a buffer is
+ * allocated (mmap of BUFFER_SIZE plus a page, 128 MiB on x86-64) the first
+ * time more calls run at once than the pool holds, and stays allocated. So
+ * before a GEMM on `callers` threads, when more run at once than ever
+ * before, mha maps (PROT_NONE, nothing touched) that many more buffers'
+ * worth of address space and unmaps it again: if the mapping fails, the
+ * GEMM fails with MHA_ERR_NOMEM instead of spinning in OpenBLAS. The limit
+ * of this: another thread of the process could take the space between the
+ * probe and OpenBLAS's own mapping, and other users of OpenBLAS in the
+ * process take buffers mha does not count (mha.h). */
+#define MHA_OPENBLAS_BUFFER_BYTES ((size_t)(128u << 20) + 4096u)
+static atomic_int openblas_buffers; /* buffers mha's calls have made OpenBLAS allocate */
+
+static const char *backend_buffer_size(void) { return "128 MiB per calling thread"; }
+
+static bool backend_reserve(int callers) {
+    int have = atomic_load(&openblas_buffers);
+    if (callers <= have) return true;
+    const size_t bytes = (size_t)(callers - have) * MHA_OPENBLAS_BUFFER_BYTES;
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, bytes);
+    while (have < callers && !atomic_compare_exchange_weak(&openblas_buffers, &have, callers)) {
+    }
+    return true;
+}
 
 static void load_backend(void) {
     void *h = dlopen(MHA_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
@@ -154,29 +200,32 @@ static void load_backend(void) {
              MHA_OPENBLAS_SONAME);
 }
 
-static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                         float beta, float *C, int64_t ldc) {
+static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
     if (!backend.sgemm || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX ||
         ldb > INT32_MAX || ldc > INT32_MAX)
-        return false;
+        return BACKEND_CANNOT;
     backend.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
                   trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, alpha, A,
                   (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    return true;
+    return BACKEND_DONE;
 }
 
 #else
 void mha__sgemm_backend_cap_avx2(void) {}
 
+static const char *backend_buffer_size(void) { return "none"; }
+static bool backend_reserve(int callers) { (void)callers; return true; }
+
 static void load_backend(void) { snprintf(backend.name, sizeof backend.name, "builtin"); }
 
-static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                         float beta, float *C, int64_t ldc) {
+static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
     (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
     (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
-    return false;
+    return BACKEND_CANNOT;
 }
 #endif
 
@@ -185,12 +234,20 @@ const char *mha__sgemm_backend_name(void) {
     return backend.name;
 }
 
-void mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+bool mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                         float beta, float *C, int64_t ldc) {
     pthread_once(&backend_once, load_backend);
-    if (!call_backend(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-        sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* The backend allocates on every call: for the test hook (common.h) a
+     * call is one allocation, so that the tests walk this failure too. */
+    if (mha__alloc_inject()) return false;
+    switch (call_backend(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) {
+    case BACKEND_DONE: return true;
+    case BACKEND_NOMEM: return false;
+    case BACKEND_CANNOT: break;
+    }
+    sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return true;
 }
 
 /* ---- tiles ------------------------------------------------------------------- */
@@ -255,7 +312,7 @@ typedef struct {
 
 /* Tile t: rows [r0, r1), columns [c0, c1) of C = alpha op(A) op(B) + beta C
  * (+ bias: written into C first, then accumulated into with beta = 1). */
-static void run_tile(const gemm_job *j, int64_t t) {
+static bool run_tile(const gemm_job *j, int64_t t) {
     const int64_t r0 = (t / j->p.nn) * j->p.mb, c0 = (t % j->p.nn) * j->p.nb;
     const int64_t m = j->M - r0 < j->p.mb ? j->M - r0 : j->p.mb;
     const int64_t n = j->N - c0 < j->p.nb ? j->N - c0 : j->p.nb;
@@ -267,16 +324,15 @@ static void run_tile(const gemm_job *j, int64_t t) {
         for (int64_t i = 0; i < m; i++) memcpy(c + i * j->ldc, j->bias + c0, (size_t)n * sizeof(float));
         beta = 1.0f;
     }
-    if (j->K > 0) {
-        j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta, c,
-                   j->ldc);
-        return;
-    }
+    if (j->K > 0)
+        return j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta,
+                          c, j->ldc);
     for (int64_t i = 0; i < m; i++) /* K == 0: C = beta C, as BLAS defines it */
         for (int64_t q = 0; q < n; q++) {
             float *e = &c[i * j->ldc + q];
             *e = beta == 0.0f ? 0.0f : beta * *e;
         }
+    return true;
 }
 
 /* ---- one row: GEMV --------------------------------------------------------- */
@@ -307,54 +363,72 @@ static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *
     }
 }
 
-static void sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc, const float *bias) {
-    if (M <= 0 || N <= 0) return;
+/* The status of a tiled GEMM, set on the calling thread (the detail is
+ * per thread). */
+static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
+    if (!failed) return MHA_OK;
+    return mha__fail(MHA_ERR_NOMEM,
+                     "out of memory in the GEMM backend (%s) on a %lld x %lld x %lld product "
+                     "(its buffers: %s)",
+                     mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K,
+                     backend_buffer_size());
+}
+
+static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              float alpha, const float *A, int64_t lda, const float *B,
+                              int64_t ldb, float beta, float *C, int64_t ldc, const float *bias) {
+    if (M <= 0 || N <= 0) return MHA_OK;
     if (M == 1 && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || bias) && K > 0) {
         gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C);
-        return;
+        return MHA_OK;
     }
     gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
                   lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1)};
     const int64_t ntiles = j.p.nm * j.p.nn;
+    bool failed = false; /* a backend call ran out of memory: C is then unspecified */
+    const bool on_backend = j.k->gemm == mha__sgemm_backend && K > 0;
 #if defined(MHA_HAVE_OPENMP)
     if (ntiles > 1 && !omp_in_parallel()) {
         const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
-#pragma omp parallel num_threads(nt)
+        if (on_backend && !backend_reserve(nt)) return gemm_status(true, M, N, K);
+#pragma omp parallel num_threads(nt) reduction(|| : failed)
         {
             /* The backend must not start threads of its own: oneDNN reads
              * this thread's OpenMP setting (the setting lives and dies with
              * this parallel region's implicit task). */
             omp_set_num_threads(1);
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+            for (int64_t t = 0; t < ntiles; t++)
+                if (!failed && !run_tile(&j, t)) failed = true;
         }
-        return;
+        return gemm_status(failed, M, N, K);
     }
     if (!omp_in_parallel()) {
+        if (on_backend && !backend_reserve(1)) return gemm_status(true, M, N, K);
         /* One tile on the calling thread: a one-thread team so that the
          * backend's thread setting can be changed without touching the
          * caller's. */
-#pragma omp parallel num_threads(1)
+#pragma omp parallel num_threads(1) reduction(|| : failed)
         {
             omp_set_num_threads(1);
-            for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+            for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
         }
-        return;
+        return gemm_status(failed, M, N, K);
     }
 #endif
-    for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+    if (on_backend && !backend_reserve(1)) return gemm_status(true, M, N, K);
+    for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
+    return gemm_status(failed, M, N, K);
 }
 
-void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                float alpha, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float beta, float *C, int64_t ldc) {
-    sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+mha_status mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc) {
+    return sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
-void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
-                     int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
-                     int64_t ldc) {
-    sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
+mha_status mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t lda, const float *B, int64_t ldb,
+                           const float *bias, float *C, int64_t ldc) {
+    return sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias);
 }

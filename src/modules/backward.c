@@ -41,7 +41,7 @@ struct mha_tape {
 mha_status mha_tape_create(mha_tape **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
     *out = mha__calloc(sizeof **out);
-    return *out ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory creating a tape");
+    return *out ? MHA_OK : mha__nomem("out of memory creating a tape");
 }
 
 void mha_tape_free(mha_tape *t) {
@@ -72,7 +72,7 @@ static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__atte
         return mha__fail(MHA_ERR_OVERFLOW, "tape size overflows");
     if (t->cap < total) {
         void *buf = mha__alloc(total);
-        if (!buf) return mha__fail(MHA_ERR_NOMEM, "out of memory growing the tape to %zu bytes", total);
+        if (!buf) return mha__nomem("out of memory growing the tape to %zu bytes", total);
         mha__free(t->buf);
         t->buf = buf;
         t->cap = total;
@@ -102,7 +102,7 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
     if ((st = mha__module_workspace(m, need, &workspace, &workspace_size, "forward")) != MHA_OK)
         return st;
 
-    mha__module_project(m, tape->qkv, x, B, T);
+    if ((st = mha__module_project(m, tape->qkv, x, B, T)) != MHA_OK) return st;
     d.qkv = tape->qkv;
     d.o = tape->ctx;
     d.ldo = m->W;
@@ -110,9 +110,9 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
     if ((st = mha__attention_forward(&d, workspace, workspace_size)) != MHA_OK) return st;
 
     const int64_t rows = B * T;
-    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION)
-        mha__module_out_proj(m, y, tape->ctx, m->W, rows);
-    else
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION) {
+        if ((st = mha__module_out_proj(m, y, tape->ctx, m->W, rows)) != MHA_OK) return st;
+    } else
         memcpy(y, tape->ctx, (size_t)rows * (size_t)m->W * sizeof(float));
 
     tape->m = m;
@@ -179,6 +179,14 @@ static void colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int6
     }
 }
 
+/* A GEMM of the backward ran out of memory after the gradients or the tape
+ * had been written to: both are unspecified now, so the tape is consumed
+ * (mha.h: zero the gradients and record the forward again). */
+static mha_status backward_failed(mha_tape *tape, mha_status st) {
+    tape->m = NULL;
+    return st;
+}
+
 mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const float *x,
                                const float *dy, void *workspace, size_t workspace_size) {
     if (!m || !tape || !x || !dy) return mha__fail(MHA_ERR_ARGUMENT, "module, tape, x or dy is NULL");
@@ -218,13 +226,17 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         float *gw_out = g + (m->w_out - m->arena), *gb_out = g + (m->b_out - m->arena);
         float *delta = (float *)(void *)(ws + L.dctx);
         float *blocks = (float *)(void *)(ws + L.dctx + mha__align64((size_t)(rows * m->H) * sizeof(float)));
-        mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W);
+        if ((st = mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W)) !=
+            MHA_OK)
+            return backward_failed(tape, st);
         colsum_acc(gb_out, dy, rows, W, W);
+        bool failed = false;
         const int64_t nblk = (rows + MHA_DCTX_ROWS - 1) / MHA_DCTX_ROWS, H = m->H, HD = m->HD;
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) reduction(|| : failed)
 #endif
         for (int64_t blk = 0; blk < nblk; blk++) {
+            if (failed) continue;
             int tid = 0;
 #if defined(MHA_HAVE_OPENMP)
             tid = omp_get_thread_num();
@@ -232,7 +244,11 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
             const int64_t r0 = blk * MHA_DCTX_ROWS;
             const int64_t n = rows - r0 < MHA_DCTX_ROWS ? rows - r0 : MHA_DCTX_ROWS;
             float *dc = blocks + (size_t)tid * MHA_DCTX_ROWS * (size_t)W;
-            mha__sgemm(false, false, n, W, W, 1.0f, dy + r0 * W, W, m->w_out, W, 0.0f, dc, W);
+            if (mha__sgemm(false, false, n, W, W, 1.0f, dy + r0 * W, W, m->w_out, W, 0.0f, dc, W) !=
+                MHA_OK) {
+                failed = true; /* the detail was set on this thread: set again below */
+                continue;
+            }
             for (int64_t r = 0; r < n; r++) {
                 const int64_t b = (r0 + r) / T, t = (r0 + r) % T;
                 float *o = tape->ctx + (r0 + r) * W;
@@ -241,6 +257,11 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
                 memcpy(o, dc + r * W, (size_t)W * sizeof(float));
             }
         }
+        if (failed)
+            return backward_failed(tape, mha__fail(MHA_ERR_NOMEM,
+                                                   "out of memory in the GEMM backend (%s) on "
+                                                   "out_proj's input gradient",
+                                                   mha__sgemm_backend_name()));
         dctx = tape->ctx;
         d.delta = delta;
     }
@@ -260,18 +281,24 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         const int64_t Dout = c->d_out;
         for (int r = 0; r < 3; r++) {
             const float *w = m->w_qkv + r * Din * Dout;
-            mha__sgemm(true, false, Din, Dout, rows, 1.0f, x, Din, dqkv + r * Dout, P, 1.0f,
-                       gw_qkv + r * Din * Dout, Dout);
-            if (dx)
-                mha__sgemm(false, true, rows, Din, Dout, 1.0f, dqkv + r * Dout, P, w, Dout,
-                           r ? 1.0f : 0.0f, dx, Din);
+            st = mha__sgemm(true, false, Din, Dout, rows, 1.0f, x, Din, dqkv + r * Dout, P, 1.0f,
+                            gw_qkv + r * Din * Dout, Dout);
+            if (st == MHA_OK && dx)
+                st = mha__sgemm(false, true, rows, Din, Dout, 1.0f, dqkv + r * Dout, P, w, Dout,
+                                r ? 1.0f : 0.0f, dx, Din);
+            if (st != MHA_OK) return backward_failed(tape, st);
         }
         tape->m = NULL; /* consumed */
         return MHA_OK;
     }
-    mha__sgemm(true, false, P, Din, rows, 1.0f, dqkv, P, x, Din, 1.0f, gw_qkv, Din);
+    if ((st = mha__sgemm(true, false, P, Din, rows, 1.0f, dqkv, P, x, Din, 1.0f, gw_qkv, Din)) !=
+        MHA_OK)
+        return backward_failed(tape, st);
     if (gb_qkv) colsum_acc(gb_qkv, dqkv, rows, P, P);
-    if (dx) mha__sgemm(false, false, rows, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dx, Din);
+    if (dx &&
+        (st = mha__sgemm(false, false, rows, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dx, Din)) !=
+            MHA_OK)
+        return backward_failed(tape, st);
     tape->m = NULL; /* consumed */
     return MHA_OK;
 }
@@ -298,7 +325,7 @@ mha_status mha_simple_attention_backward(float *dx, const float *x, const float 
             return mha__fail(MHA_ERR_NONFINITE, "%s holds a non-finite value at element %zu",
                              isfinite(x[i]) ? "dcontext" : "x", i);
     double *A = mha__alloc(bytes), *dS = A + (size_t)T * (size_t)T;
-    if (!A) return mha__fail(MHA_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    if (!A) return mha__nomem("out of memory (%zu bytes)", bytes);
     for (int64_t i = 0; i < T; i++) {
         double *a = A + i * T, mx = -INFINITY, sum = 0.0;
         for (int64_t j = 0; j < T; j++) {
