@@ -120,7 +120,12 @@ static const char *onednn_isa(dnnl_cpu_isa_t isa) {
     }
 }
 
-static const char *backend_buffer_size(void) { return "oneDNN's packing buffers, sized by oneDNN"; }
+/* oneDNN sizes its packing buffers itself and does not say; they hold
+ * (blocks of) A and B, so the product's operands are the estimate. */
+static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
+    snprintf(buf, cap, "about %.0f bytes of oneDNN's packing buffers",
+             ((double)M * (double)K + (double)K * (double)N) * (double)sizeof(float));
+}
 static bool backend_reserve(int callers) { (void)callers; return true; } /* oneDNN reports */
 
 static void load_backend(void) {
@@ -166,7 +171,11 @@ void mha__sgemm_backend_cap_avx2(void) {} /* OpenBLAS takes no such order */
 #define MHA_OPENBLAS_BUFFER_BYTES ((size_t)(128u << 20) + 4096u)
 static atomic_int openblas_buffers; /* buffers mha's calls have made OpenBLAS allocate */
 
-static const char *backend_buffer_size(void) { return "128 MiB per calling thread"; }
+static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K;
+    snprintf(buf, cap, "OpenBLAS's buffer of %zu bytes per calling thread",
+             MHA_OPENBLAS_BUFFER_BYTES);
+}
 
 static bool backend_reserve(int callers) {
     int have = atomic_load(&openblas_buffers);
@@ -215,7 +224,10 @@ static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_
 #else
 void mha__sgemm_backend_cap_avx2(void) {}
 
-static const char *backend_buffer_size(void) { return "none"; }
+static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K; /* the builtin kernel allocates nothing: the test hook */
+    snprintf(buf, cap, "0 bytes: an injected failure");
+}
 static bool backend_reserve(int callers) { (void)callers; return true; }
 
 static void load_backend(void) { snprintf(backend.name, sizeof backend.name, "builtin"); }
@@ -367,11 +379,12 @@ static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *
  * per thread). */
 static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
     if (!failed) return MHA_OK;
+    char what[96];
+    backend_buffers(what, sizeof what, M, N, K);
     return mha__fail(MHA_ERR_NOMEM,
                      "out of memory in the GEMM backend (%s) on a %lld x %lld x %lld product "
-                     "(its buffers: %s)",
-                     mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K,
-                     backend_buffer_size());
+                     "(%s)",
+                     mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K, what);
 }
 
 static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #if defined(MHA_HAVE_OPENMP)
@@ -231,6 +232,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
             return backward_failed(tape, st);
         colsum_acc(gb_out, dy, rows, W, W);
         bool failed = false;
+        char failure[512]; /* the failing thread's detail (details are per thread) */
         const int64_t nblk = (rows + MHA_DCTX_ROWS - 1) / MHA_DCTX_ROWS, H = m->H, HD = m->HD;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) reduction(|| : failed)
@@ -246,7 +248,11 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
             float *dc = blocks + (size_t)tid * MHA_DCTX_ROWS * (size_t)W;
             if (mha__sgemm(false, false, n, W, W, 1.0f, dy + r0 * W, W, m->w_out, W, 0.0f, dc, W) !=
                 MHA_OK) {
-                failed = true; /* the detail was set on this thread: set again below */
+                failed = true;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp critical(mha_backward_failure)
+#endif
+                snprintf(failure, sizeof failure, "%s", mha_last_error());
                 continue;
             }
             for (int64_t r = 0; r < n; r++) {
@@ -258,10 +264,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
             }
         }
         if (failed)
-            return backward_failed(tape, mha__fail(MHA_ERR_NOMEM,
-                                                   "out of memory in the GEMM backend (%s) on "
-                                                   "out_proj's input gradient",
-                                                   mha__sgemm_backend_name()));
+            return backward_failed(tape, mha__fail(MHA_ERR_NOMEM, "%s", failure));
         dctx = tape->ctx;
         d.delta = delta;
     }
