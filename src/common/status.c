@@ -131,5 +131,8 @@ mha_status mha__nomem(const char *fmt, ...) {
     va_end(ap);
     if (failed_bytes == SIZE_MAX)
         return mha__fail(MHA_ERR_NOMEM, "%s (the size overflows)", what);
-    return mha__fail(MHA_ERR_NOMEM, "%s (could not allocate %zu bytes)", what, failed_bytes);
+    char size[24];
+    snprintf(size, sizeof size, "%zu bytes", failed_bytes);
+    if (strstr(what, size)) return mha__fail(MHA_ERR_NOMEM, "%s", what); /* said already */
+    return mha__fail(MHA_ERR_NOMEM, "%s (could not allocate %s)", what, size);
 }

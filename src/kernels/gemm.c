@@ -27,9 +27,9 @@
 #endif
 #if defined(MHA_HAVE_OPENBLAS)
 #include <dlfcn.h>
+#endif
 #include <stdatomic.h>
 #include <sys/mman.h>
-#endif
 #if defined(MHA_HAVE_OPENMP)
 #include <omp.h>
 #endif
@@ -94,6 +94,16 @@ static struct {
 } backend;
 static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
 
+/* Whether `bytes` of address space can be mapped now: mapped PROT_NONE
+ * (nothing touched, nothing committed) and unmapped again. For backends
+ * that cannot fail cleanly themselves (below). */
+static inline bool probe_address_space(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, bytes);
+    return true;
+}
+
 /* What one backend call did: computed the tile, failed for lack of memory
  * (C untouched or partly written: the caller fails the whole GEMM), or
  * cannot take these arguments (the builtin kernel then runs). */
@@ -126,7 +136,24 @@ static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t
     snprintf(buf, cap, "about %.0f bytes of oneDNN's packing buffers",
              ((double)M * (double)K + (double)K * (double)N) * (double)sizeof(float));
 }
-static bool backend_reserve(int callers) { (void)callers; return true; } /* oneDNN reports */
+/* oneDNN reports a failed allocation inside a call (dnnl_out_of_memory),
+ * but not in its one-time set-up at the first call (JIT-generated kernels,
+ * Debian 12's 2.6.3): under an address-space limit that leaves it a few
+ * MiB too few, it crashes there (SIGSEGV in __itt_pt_write, seen under
+ * ulimit -v 46000..50000 with a tiny module). So before the first call mha
+ * maps MHA_ONEDNN_SETUP_BYTES (PROT_NONE, untouched) and unmaps it again:
+ * when that fails, the GEMM fails with MHA_ERR_NOMEM instead. A guard, not
+ * a guarantee (mha.h). */
+#define MHA_ONEDNN_SETUP_BYTES ((size_t)8 << 20)
+static atomic_bool onednn_set_up;
+
+static size_t backend_reserve(int callers) {
+    (void)callers;
+    if (atomic_load(&onednn_set_up)) return 0;
+    if (!probe_address_space(MHA_ONEDNN_SETUP_BYTES)) return MHA_ONEDNN_SETUP_BYTES;
+    atomic_store(&onednn_set_up, true);
+    return 0;
+}
 
 static void load_backend(void) {
     const dnnl_version_t *v = dnnl_version();
@@ -177,16 +204,14 @@ static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t
              MHA_OPENBLAS_BUFFER_BYTES);
 }
 
-static bool backend_reserve(int callers) {
+static size_t backend_reserve(int callers) {
     int have = atomic_load(&openblas_buffers);
-    if (callers <= have) return true;
+    if (callers <= have) return 0;
     const size_t bytes = (size_t)(callers - have) * MHA_OPENBLAS_BUFFER_BYTES;
-    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return false;
-    munmap(p, bytes);
+    if (!probe_address_space(bytes)) return bytes;
     while (have < callers && !atomic_compare_exchange_weak(&openblas_buffers, &have, callers)) {
     }
-    return true;
+    return 0;
 }
 
 static void load_backend(void) {
@@ -228,7 +253,7 @@ static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t
     (void)M, (void)N, (void)K; /* the builtin kernel allocates nothing: the test hook */
     snprintf(buf, cap, "0 bytes: an injected failure");
 }
-static bool backend_reserve(int callers) { (void)callers; return true; }
+static size_t backend_reserve(int callers) { (void)callers; return 0; }
 
 static void load_backend(void) { snprintf(backend.name, sizeof backend.name, "builtin"); }
 
@@ -375,16 +400,28 @@ static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *
     }
 }
 
-/* The status of a tiled GEMM, set on the calling thread (the detail is
- * per thread). */
-static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
-    if (!failed) return MHA_OK;
-    char what[96];
-    backend_buffers(what, sizeof what, M, N, K);
+/* MHA_ERR_NOMEM for an M x N x K product, set on the calling thread (the
+ * detail is per thread): what names the memory that was not there. */
+static mha_status gemm_nomem(const char *what, int64_t M, int64_t N, int64_t K) {
     return mha__fail(MHA_ERR_NOMEM,
                      "out of memory in the GEMM backend (%s) on a %lld x %lld x %lld product "
                      "(%s)",
                      mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K, what);
+}
+
+/* A backend call failed. */
+static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
+    if (!failed) return MHA_OK;
+    char what[96];
+    backend_buffers(what, sizeof what, M, N, K);
+    return gemm_nomem(what, M, N, K);
+}
+
+/* The backend was not called: the address space it would need is not there. */
+static mha_status reserve_status(size_t bytes, int64_t M, int64_t N, int64_t K) {
+    char what[96];
+    snprintf(what, sizeof what, "could not reserve the %zu bytes it needs first", bytes);
+    return gemm_nomem(what, M, N, K);
 }
 
 static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -403,7 +440,8 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
 #if defined(MHA_HAVE_OPENMP)
     if (ntiles > 1 && !omp_in_parallel()) {
         const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
-        if (on_backend && !backend_reserve(nt)) return gemm_status(true, M, N, K);
+        const size_t short_of = on_backend ? backend_reserve(nt) : 0;
+        if (short_of) return reserve_status(short_of, M, N, K);
 #pragma omp parallel num_threads(nt) reduction(|| : failed)
         {
             /* The backend must not start threads of its own: oneDNN reads
@@ -417,7 +455,8 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
         return gemm_status(failed, M, N, K);
     }
     if (!omp_in_parallel()) {
-        if (on_backend && !backend_reserve(1)) return gemm_status(true, M, N, K);
+        const size_t short_of = on_backend ? backend_reserve(1) : 0;
+        if (short_of) return reserve_status(short_of, M, N, K);
         /* One tile on the calling thread: a one-thread team so that the
          * backend's thread setting can be changed without touching the
          * caller's. */
@@ -429,7 +468,8 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
         return gemm_status(failed, M, N, K);
     }
 #endif
-    if (on_backend && !backend_reserve(1)) return gemm_status(true, M, N, K);
+    const size_t short_of = on_backend ? backend_reserve(1) : 0;
+    if (short_of) return reserve_status(short_of, M, N, K);
     for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
     return gemm_status(failed, M, N, K);
 }
