@@ -131,7 +131,7 @@ mha_status mha__nomem(const char *fmt, ...) {
     va_end(ap);
     if (failed_bytes == SIZE_MAX)
         return mha__fail(MHA_ERR_NOMEM, "%s (the size overflows)", what);
-    char size[24];
+    char size[32];
     snprintf(size, sizeof size, "%zu bytes", failed_bytes);
     if (strstr(what, size)) return mha__fail(MHA_ERR_NOMEM, "%s", what); /* said already */
     return mha__fail(MHA_ERR_NOMEM, "%s (could not allocate %s)", what, size);
