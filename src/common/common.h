@@ -77,6 +77,11 @@ bool mha__parse_double(const char *s, double *out);
  * sequence, or len when all of s is valid. */
 size_t mha__utf8_check(const unsigned char *s, size_t len);
 
+/* MHA_OK when the threads of the next parallel region can be started (or
+ * already run); MHA_ERR_NOMEM when their stacks do not fit (threads.c).
+ * Called by every compute entry point before its first parallel region. */
+mha_status mha__threads_ready(void);
+
 /* Whether s[0, len) is one JSON value (RFC 8259, with cJSON's nesting and
  * number-length limits) between white space: after cJSON fails on text that
  * passes, the failure was one of cJSON's allocations (json_check.c). */

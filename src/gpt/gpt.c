@@ -32,6 +32,8 @@
 
 mha_status mha_layernorm_forward(float *y, const float *x, const float *scale, const float *shift,
                                  int64_t rows, int64_t E) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!y || !x || !scale || !shift) return mha__fail(MHA_ERR_ARGUMENT, "layernorm: NULL argument");
     if (rows < 0 || E < 1) return mha__fail(MHA_ERR_SHAPE, "layernorm: rows %lld, E %lld", (long long)rows, (long long)E);
 #if defined(MHA_HAVE_OPENMP)
@@ -483,6 +485,8 @@ static mha_status head_forward(mha_gpt *m, float *logits, float *h, const float 
 
 mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, int last_only,
                            mha_generator *dropout_rng) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !logits || !idx) return mha__fail(MHA_ERR_ARGUMENT, "model, logits or idx is NULL");
     if (!is_model(&m->cfg)) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock takes x, not token ids");
     if (B < 1 || T < 1) return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
@@ -509,6 +513,8 @@ mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_
 
 mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T,
                                   mha_generator *dropout_rng) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "model, y or x is NULL");
     if (B < 1 || T < 1) return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
     if (T > m->C) return mha__fail(MHA_ERR_CONTEXT_LENGTH, "%lld tokens exceed context_length %lld", (long long)T, (long long)m->C);
@@ -538,6 +544,8 @@ mha_status mha_gpt_cache_reset(mha_gpt *m) {
 int64_t mha_gpt_cache_length(const mha_gpt *m) { return m ? m->kv_len : 0; }
 
 mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int64_t n) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !logits || !ids) return mha__fail(MHA_ERR_ARGUMENT, "model, logits or ids is NULL");
     if (!is_model(&m->cfg)) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock has no token cache");
     if (n < 1) return mha__fail(MHA_ERR_SHAPE, "feed at least one token (got %lld)", (long long)n);

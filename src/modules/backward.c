@@ -90,6 +90,8 @@ static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__atte
 mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                                    const mha_forward_opts *opts, mha_tape *tape, void *workspace,
                                    size_t workspace_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
     tape->m = NULL;
     mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
@@ -190,6 +192,8 @@ static mha_status backward_failed(mha_tape *tape, mha_status st) {
 
 mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const float *x,
                                const float *dy, void *workspace, size_t workspace_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !tape || !x || !dy) return mha__fail(MHA_ERR_ARGUMENT, "module, tape, x or dy is NULL");
     if (tape->m != m || memcmp(&tape->cfg, &m->cfg, sizeof m->cfg) != 0)
         return mha__fail(MHA_ERR_ARGUMENT,

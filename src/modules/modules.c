@@ -516,6 +516,8 @@ mha_status mha__module_out_proj(const mha_module *m, float *y, const float *ctx,
 mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                                  const mha_forward_opts *opts, void *workspace,
                                  size_t workspace_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
     if (st != MHA_OK) return st;
     ws_layout L;

@@ -57,6 +57,8 @@ static void emit(mha_trace_fn fn, void *user, const char *step, const char *expr
 
 mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                                      mha_generator *dropout_rng, mha_trace_fn fn, void *user) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "module, y or x is NULL");
     const mha_config *c = &m->cfg;
     if (c->kind != MHA_MULTI_HEAD_ATTENTION)

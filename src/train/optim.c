@@ -488,6 +488,8 @@ static void sgd_step(mha_optimizer *o) {
 }
 
 mha_status mha_optimizer_step(mha_optimizer *o) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!o) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_step: optimizer is NULL");
     for (size_t i = 0; i < o->n_params; i++) {
         mha_param p, g;
