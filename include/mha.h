@@ -89,7 +89,8 @@ typedef enum {
  * as far as the GEMM backend allows, the backend's: oneDNN reports its
  * failures; OpenBLAS would retry a failed allocation forever, so before a
  * GEMM on more threads at once than ever before mha maps (PROT_NONE) the
- * 128 MiB + 4 KiB buffer OpenBLAS allocates per concurrent caller, and
+ * 128 MiB buffer OpenBLAS allocates per concurrent caller (and, before
+ * loading it, those of the threads it starts: one per CPU but one), and
  * fails with NOMEM when it cannot; likewise 8 MiB before oneDNN's first call,
  * whose set-up crashes when it cannot map its code. These probes are guards,
  * not guarantees: another thread of the process can take the space between
@@ -97,10 +98,14 @@ typedef enum {
  * OpenBLAS itself too holds buffers mha does not count. The detail names
  * the size that could not be had (for cJSON, which does not say, the input's
  * size). After NOMEM every object is as it was and the call can be made
- * again, with one exception: mha_module_backward (see there). OpenMP is not
- * covered: when libgomp cannot start its threads it prints "libgomp: Thread
- * creation failed" and ends the process with status 1 (the CLI then says
- * "out of memory" too). */
+ * again, with one exception: mha_module_backward (see there). OpenMP:
+ * libgomp ends the process ("libgomp: Thread creation failed", status 1)
+ * when it cannot start a thread, so the compute calls first map the stacks
+ * of a team larger than their calling thread has started (PROT_NONE, then
+ * unmapped) and start it at once, or return NOMEM naming the bytes; a guard
+ * too, seen to fall short with many threads (16 under ulimit -v 195000 to
+ * 210000: libgomp lets a team's surplus threads go when a smaller team
+ * follows, and starts them again later, after mha's allocations). */
 
 /* "MHA_ERR_SHAPE"; "MHA_UNKNOWN_STATUS" for values not in the list. */
 MHA_API const char *mha_status_name(mha_status s);

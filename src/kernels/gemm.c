@@ -13,6 +13,7 @@
  * splits depend on the thread count) never runs. The library sets no
  * environment variable: a user's OPENBLAS_CORETYPE or ONEDNN_MAX_CPU_ISA is
  * the backend's business. */
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #include "common/common.h"
 #include "kernels.h"
 
@@ -27,6 +28,7 @@
 #endif
 #if defined(MHA_HAVE_OPENBLAS)
 #include <dlfcn.h>
+#include <sched.h>
 #endif
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -92,7 +94,10 @@ static struct {
                   float, float *, int);
 #endif
 } backend;
-static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
+/* Loaded once, under a lock rather than pthread_once, because a load that
+ * fails for lack of memory (OpenBLAS) is tried again at the next call. */
+static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool backend_loaded;
 
 /* Whether `bytes` of address space can be mapped now: mapped PROT_NONE
  * (nothing touched, nothing committed) and unmapped again. For backends
@@ -155,10 +160,11 @@ static size_t backend_reserve(int callers) {
     return 0;
 }
 
-static void load_backend(void) {
+static bool load_backend(void) {
     const dnnl_version_t *v = dnnl_version();
     snprintf(backend.name, sizeof backend.name, "onednn %d.%d.%d (%s)", v->major, v->minor,
              v->patch, onednn_isa(dnnl_get_effective_cpu_isa()));
+    return true;
 }
 
 static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -184,27 +190,44 @@ enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 void mha__sgemm_backend_cap_avx2(void) {} /* OpenBLAS takes no such order */
 
 /* OpenBLAS cannot fail: its buffer allocator (blas_memory_alloc, 0.3.21 as
- * Debian 12 ships it) retries a failed allocation forever. Every call of
+ * Debian 12 ships it) retries a failed allocation forever (both threads of
+ * the issue's `mha run` sat there under ulimit -v 200000). Every call of
  * cblas_sgemm takes one buffer from a pool and gives it back; a buffer is
- * allocated (mmap of BUFFER_SIZE plus a page, 128 MiB on x86-64) the first
- * time more calls run at once than the pool holds, and stays allocated. So
- * before a GEMM on `callers` threads, when more run at once than ever
- * before, mha maps (PROT_NONE, nothing touched) that many more buffers'
- * worth of address space and unmaps it again: if the mapping fails, the
- * GEMM fails with MHA_ERR_NOMEM instead of spinning in OpenBLAS. The limit
- * of this: another thread of the process could take the space between the
- * probe and OpenBLAS's own mapping, and other users of OpenBLAS in the
- * process take buffers mha does not count (mha.h). */
-#define MHA_OPENBLAS_BUFFER_BYTES ((size_t)(128u << 20) + 4096u)
+ * allocated the first time more calls run at once than the pool holds, and
+ * stays allocated (gdb: malloc(BUFFER_SIZE + 4096) = 134221824 bytes in
+ * blas_memory_alloc; strace: three such mappings for `mha run --threads 2`
+ * on 2 CPUs). Worse, Debian's default libopenblas.so.0 (the pthreads build)
+ * starts a server thread per CPU but one when it is loaded, and each takes a
+ * buffer as it starts: under a limit one of them spins there, and exit()
+ * then waits for it forever (OpenBLAS's destructor joins its threads), even
+ * after mha has reported the error. So before loading OpenBLAS mha probes
+ * room for those threads' buffers (and loads it at a later call when there
+ * is none), and before a GEMM on `callers` threads, when more run at once
+ * than ever before, it maps (PROT_NONE, nothing touched) that many more
+ * buffers and unmaps them again: if a probe fails, the GEMM fails with
+ * MHA_ERR_NOMEM instead of spinning in OpenBLAS. The limit of this: another
+ * thread of the process could take the space between the probe and
+ * OpenBLAS's own allocation, and other users of OpenBLAS in the process take
+ * buffers mha does not count (mha.h). A thread's first malloc of that size
+ * also makes glibc reserve a malloc arena for the thread (2 x HEAP_MAX_SIZE
+ * = 128 MiB of address space while it aligns it; a worker hung there in
+ * _int_new_arena under ulimit -v 580000), so each thread counts both. */
+#define MHA_OPENBLAS_BUFFER_BYTES (((size_t)128u << 20) + 4096u + ((size_t)128u << 20))
 static atomic_int openblas_buffers; /* buffers mha's calls have made OpenBLAS allocate */
 
 static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
     (void)M, (void)N, (void)K;
-    snprintf(buf, cap, "OpenBLAS's buffer of %zu bytes per calling thread",
+    snprintf(buf, cap, "OpenBLAS's buffer and a malloc arena, %zu bytes per calling thread",
              MHA_OPENBLAS_BUFFER_BYTES);
 }
 
+static bool load_backend(void);
+static size_t openblas_load_bytes;  /* what the last load could not reserve (0: none) */
+
 static size_t backend_reserve(int callers) {
+    mha__sgemm_backend_name(); /* loads it */
+    if (!atomic_load(&backend_loaded)) return openblas_load_bytes;
+    if (!backend.sgemm) return 0; /* not loadable: the builtin kernel runs */
     int have = atomic_load(&openblas_buffers);
     if (callers <= have) return 0;
     const size_t bytes = (size_t)(callers - have) * MHA_OPENBLAS_BUFFER_BYTES;
@@ -214,8 +237,34 @@ static size_t backend_reserve(int callers) {
     return 0;
 }
 
-static void load_backend(void) {
+/* The threads OpenBLAS starts when loaded: its blas_get_cpu_number()
+ * (OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS, OMP_NUM_THREADS, else the CPUs
+ * this process may run on), less the caller's. */
+static int openblas_server_threads(void) {
+    static const char *const vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                       "OMP_NUM_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *e = getenv(vars[i]);
+        const int n = e ? atoi(e) : 0;
+        if (n > 0) return n - 1;
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set) - 1;
+    return 0;
+}
+
+/* false: no room for OpenBLAS's start (its threads' buffers, or its code):
+ * tried again at the next call. */
+static bool load_backend(void) {
+    openblas_load_bytes = (size_t)(openblas_server_threads() + 1) * MHA_OPENBLAS_BUFFER_BYTES;
+    if (!probe_address_space(openblas_load_bytes)) return false;
     void *h = dlopen(MHA_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        if (why && (strstr(why, "map segment") || strstr(why, "allocate memory")))
+            return false; /* out of memory mapping it, not absent */
+    }
     if (h) {
         void *sgemm = dlsym(h, "cblas_sgemm");
         void (*set_threads)(int) = (void (*)(int))(uintptr_t)dlsym(h, "openblas_set_num_threads");
@@ -226,12 +275,13 @@ static void load_backend(void) {
                                       const float *, int, float, float *, int))(uintptr_t)sgemm;
             snprintf(backend.name, sizeof backend.name, "openblas (%s)",
                      corename ? corename() : "?");
-            return;
+            return true;
         }
         dlclose(h);
     }
     snprintf(backend.name, sizeof backend.name, "builtin (%s not loadable)",
              MHA_OPENBLAS_SONAME);
+    return true;
 }
 
 static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -255,7 +305,10 @@ static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t
 }
 static size_t backend_reserve(int callers) { (void)callers; return 0; }
 
-static void load_backend(void) { snprintf(backend.name, sizeof backend.name, "builtin"); }
+static bool load_backend(void) {
+    snprintf(backend.name, sizeof backend.name, "builtin");
+    return true;
+}
 
 static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                    float alpha, const float *A, int64_t lda, const float *B,
@@ -267,14 +320,22 @@ static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_
 #endif
 
 const char *mha__sgemm_backend_name(void) {
-    pthread_once(&backend_once, load_backend);
+    if (!atomic_load(&backend_loaded)) {
+        pthread_mutex_lock(&backend_lock);
+        if (!atomic_load(&backend_loaded)) {
+            if (load_backend()) atomic_store(&backend_loaded, true);
+            else snprintf(backend.name, sizeof backend.name, "openblas (not loaded: out of memory)");
+        }
+        pthread_mutex_unlock(&backend_lock);
+    }
     return backend.name;
 }
 
 bool mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                         float beta, float *C, int64_t ldc) {
-    pthread_once(&backend_once, load_backend);
+    mha__sgemm_backend_name(); /* loads it */
+    if (!atomic_load(&backend_loaded)) return false; /* no room to load it */
     /* The backend allocates on every call: for the test hook (common.h) a
      * call is one allocation, so that the tests walk this failure too. */
     if (mha__alloc_inject()) return false;

@@ -254,7 +254,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
                 MHA_OK) {
                 failed = true;
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp critical(mha_backward_failure)
+#pragma omp critical /* unnamed: a named one is an exported symbol */
 #endif
                 snprintf(failure, sizeof failure, "%s", mha_last_error());
                 continue;
