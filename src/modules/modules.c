@@ -212,8 +212,9 @@ mha_status mha_module_create(const mha_config *cfg, mha_module **out) {
     m->params = mha__calloc(max_params * sizeof(mha_param));
     m->names = mha__calloc(max_params * 40u);
     if (!m->arena || !m->params || !m->names) {
+        const size_t n = m->arena_floats; /* read before the free (it was read after) */
         mha_module_free(m);
-        return mha__nomem("out of memory allocating %zu parameters", m->arena_floats);
+        return mha__nomem("out of memory allocating %zu parameters", n);
     }
     float *at = m->arena;
     m->w_qkv = at;
