@@ -128,13 +128,6 @@ void mha_st_free(mha_st *st) {
     mha__free(st);
 }
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = mha__alloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Header checks before JSON parsing                                          */
 /* ------------------------------------------------------------------------ */
@@ -365,7 +358,7 @@ static mha_status parse_metadata(mha_st *st, const cJSON *meta) {
     if (!st->meta_keys || !st->meta_values)
         return mha__nomem("out of memory reading __metadata__");
     for (const cJSON *c = meta->child; c; c = c->next) {
-        char *k = dup_str(c->string), *v = dup_str(c->valuestring);
+        char *k = mha__strdup(c->string), *v = mha__strdup(c->valuestring);
         if (!k || !v) {
             mha__free(k);
             mha__free(v);
@@ -428,7 +421,7 @@ static mha_status parse_json(mha_st *st, const cJSON *root, size_t data_size) {
         mha_status s = parse_entry(c, data_size, e);
         if (s != MHA_OK) return s;
         e->order = st->n;
-        e->name = dup_str(c->string);
+        e->name = mha__strdup(c->string);
         if (!e->name) return mha__nomem("out of memory");
         st->n++;
     }
