@@ -64,8 +64,11 @@ static void run(bool openblas, const shape *s, const float *A, const float *B, f
     if (openblas)
         ob.sgemm(ROW_MAJOR, NO_TRANS, s->trans_b ? TRANS : NO_TRANS, (int)s->m, (int)s->n,
                  (int)s->k, 1.0f, A, (int)s->k, B, (int)ldb, 0.0f, C, (int)s->n);
-    else
-        mha__sgemm(false, s->trans_b, s->m, s->n, s->k, 1.0f, A, s->k, B, ldb, 0.0f, C, s->n);
+    else if (mha__sgemm(false, s->trans_b, s->m, s->n, s->k, 1.0f, A, s->k, B, ldb, 0.0f, C, s->n) !=
+             MHA_OK) {
+        fprintf(stderr, "bench_sgemm: %s\n", mha_last_error());
+        exit(1);
+    }
 }
 
 static void usage(void) {

@@ -117,7 +117,7 @@ int mha_cli_bench(int argc, char **argv) {
     float *x = malloc(nx * sizeof(float)), *y = malloc(ny * sizeof(float));
     if (!x || !y) cli_die("out of memory for the input and output");
     mha_generator *g = NULL;
-    mha_generator_create(7, &g);
+    if (mha_generator_create(7, &g) != MHA_OK) cli_die("bench: %s", mha_last_error());
     mha_generator_uniform(g, x, nx, -1.0, 1.0);
 
     /* Useful flops: Q, K, V projections, out_proj (MultiHeadAttention),

@@ -86,6 +86,30 @@ typedef enum {
 #undef MHA_X_
 } mha_status;
 
+/* Out of memory (MHA_ERR_NOMEM) is a status like the others, from every
+ * call that allocates: the library's own allocations, cJSON's (a header that
+ * is well-formed JSON but could not be parsed is NOMEM, not ERR_FORMAT) and,
+ * as far as the GEMM backend allows, the backend's: oneDNN reports its
+ * failures; OpenBLAS would retry a failed allocation forever, so before a
+ * GEMM on more threads at once than ever before mha maps (PROT_NONE) the
+ * 128 MiB buffer OpenBLAS allocates per concurrent caller (and, before
+ * loading it, those of the threads it starts: one per CPU but one), and
+ * fails with NOMEM when it cannot; likewise 8 MiB before oneDNN's first call,
+ * whose set-up crashes when it cannot map its code. These probes are guards,
+ * not guarantees: another thread of the process can take the space between
+ * the probe and the backend's own allocation, and a process that calls
+ * OpenBLAS itself too holds buffers mha does not count. The detail names
+ * the size that could not be had (for cJSON, which does not say, the input's
+ * size). After NOMEM every object is as it was and the call can be made
+ * again, with one exception: mha_module_backward (see there). OpenMP:
+ * libgomp ends the process ("libgomp: Thread creation failed", status 1)
+ * when it cannot start a thread, so the compute calls first map the stacks
+ * of a team larger than their calling thread has started (PROT_NONE, then
+ * unmapped) and start it at once, or return NOMEM naming the bytes; a guard
+ * too, seen to fall short with many threads (16 under ulimit -v 195000 to
+ * 210000: libgomp lets a team's surplus threads go when a smaller team
+ * follows, and starts them again later, after mha's allocations). */
+
 /* "MHA_ERR_SHAPE"; "MHA_UNKNOWN_STATUS" for values not in the list. */
 MHA_API const char *mha_status_name(mha_status s);
 /* "tensor shape mismatch" */
@@ -364,7 +388,10 @@ MHA_API size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B
  * Results do not depend on the thread count.
  * Errors: ERR_ARGUMENT (no forward recorded in tape, or another module's),
  * ERR_NONFINITE (dy holds NaN/inf), ERR_WORKSPACE, ERR_NOMEM; on failure
- * no gradient and not dx is changed, and the tape is kept. */
+ * no gradient and not dx is changed, and the tape is kept; except when the
+ * GEMM backend runs out of memory part-way (ERR_NOMEM naming the GEMM): the
+ * gradients and dx are then unspecified and the tape is consumed, so zero
+ * the gradients and record the forward again. */
 MHA_API mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx,
                                const float *x, const float *dy, void *workspace,
                                size_t workspace_size);
@@ -802,7 +829,11 @@ MHA_API mha_status mha_gpt_blocks_forward_tape(mha_gpt *m, float *y, const float
  * the tape (one forward, one backward). Errors: ERR_ARGUMENT (no GPTModel
  * forward recorded in tape, or another model's), ERR_NONFINITE (dlogits holds
  * NaN/inf), ERR_WORKSPACE (the thread count grew since the forward),
- * ERR_NOMEM; on failure no gradient has changed and the tape is kept. */
+ * ERR_NOMEM (the gradient buffers); after these no gradient has changed
+ * and the tape is kept. Except: when the GEMM backend runs out of memory
+ * part-way (ERR_NOMEM naming the GEMM), as for mha_module_backward, the
+ * gradients are unspecified and the tape is consumed: zero the gradients
+ * and record the forward again. */
 MHA_API mha_status mha_gpt_backward(mha_gpt *m, mha_gpt_tape *tape, const float *dlogits);
 /* Backward of mha_gpt_blocks_forward_tape: dy [in] (B, T, E), dx [out]
  * (B, T, E) or NULL; dx may equal dy. */

@@ -254,8 +254,8 @@ static void test_epilogue(const char *isa, int64_t M, int64_t N, int64_t K, bool
     memcpy(x2, x1, (size_t)(M * N) * sizeof(float));
     /* GELU: tiles through the kernel = the GEMM, then the kernel on all of C */
     const mha__gemm_epilogue g = {.kind = MHA_EPI_GELU, .bias = bias};
-    mha__sgemm_epilogue(M, N, K, A, K, W, K, c1, N, &g);
-    mha__sgemm(false, true, M, N, K, 1.0f, A, K, W, K, 0.0f, c2, N);
+    CHECK(mha__sgemm_epilogue(M, N, K, A, K, W, K, c1, N, &g) == MHA_OK, "sgemm_epilogue");
+    CHECK(mha__sgemm(false, true, M, N, K, 1.0f, A, K, W, K, 0.0f, c2, N) == MHA_OK, "sgemm");
     k->bias_gelu(c2, N, c2, N, M, N, bias);
     CHECK(memcmp(c1, c2, (size_t)(M * N) * sizeof(float)) == 0, "[%s] GEMM %lldx%lldx%lld + gelu epilogue differs",
           isa, (long long)M, (long long)N, (long long)K);
@@ -263,8 +263,8 @@ static void test_epilogue(const char *isa, int64_t M, int64_t N, int64_t K, bool
     mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = x1, .ldx = N};
     const mha__keep_view kv = {bits, 3, N, 1.25f};
     if (drop) e.keep = kv;
-    mha__sgemm_epilogue(M, N, K, A, K, W, K, c1, N, &e);
-    mha__sgemm(false, true, M, N, K, 1.0f, A, K, W, K, 0.0f, c2, N);
+    CHECK(mha__sgemm_epilogue(M, N, K, A, K, W, K, c1, N, &e) == MHA_OK, "sgemm_epilogue");
+    CHECK(mha__sgemm(false, true, M, N, K, 1.0f, A, K, W, K, 0.0f, c2, N) == MHA_OK, "sgemm");
     k->residual_add(x2, N, c2, N, M, N, bias, drop ? &kv : NULL);
     CHECK(memcmp(x1, x2, (size_t)(M * N) * sizeof(float)) == 0,
           "[%s] GEMM %lldx%lldx%lld + residual epilogue (dropout %d) differs", isa, (long long)M, (long long)N,

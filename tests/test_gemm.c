@@ -25,13 +25,13 @@ int main(void) {
                     for (size_t i = 0; i < nc; i++) C[i] = R[i] = mode == 0 ? NAN : frand(); /* beta 0 never reads C */
                     for (int64_t j = 0; j < N; j++) bias[j] = frand();
                     if (mode == 2) {
-                        mha__sgemm_bias(ta, tb, M, N, K, A, lda, Bm, ldb, bias, C, ldc);
+                        CHECK(mha__sgemm_bias(ta, tb, M, N, K, A, lda, Bm, ldb, bias, C, ldc) == MHA_OK, "sgemm_bias");
                         mha__sgemm_ref(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, 0.0f, R, ldc);
                         for (int64_t i = 0; i < M; i++)
                             for (int64_t j = 0; j < N; j++) R[i * ldc + j] += bias[j];
                     } else {
                         const float beta = mode == 0 ? 0.0f : 0.5f;
-                        mha__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C, ldc);
+                        CHECK(mha__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C, ldc) == MHA_OK, "sgemm");
                         mha__sgemm_ref(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, R, ldc);
                     }
                     float err = 0.0f;

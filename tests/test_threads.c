@@ -30,10 +30,9 @@ static void gemm_case(const char *isa, int64_t M, int64_t N, int64_t K, bool tb,
     for (int t = 0; t < NTHREADS; t++) {
         c[t] = malloc(sizeof(float) * (size_t)(M * N));
         REQUIRE(c[t] && mha_runtime_set_threads(THREADS[t]) == MHA_OK, "threads");
-        if (bias)
-            mha__sgemm_bias(false, tb, M, N, K, A, lda, W, ldb, bv, c[t], N);
-        else
-            mha__sgemm(false, tb, M, N, K, 0.5f, A, lda, W, ldb, 0.0f, c[t], N);
+        const mha_status st = bias ? mha__sgemm_bias(false, tb, M, N, K, A, lda, W, ldb, bv, c[t], N)
+                                   : mha__sgemm(false, tb, M, N, K, 0.5f, A, lda, W, ldb, 0.0f, c[t], N);
+        CHECK(st == MHA_OK, "sgemm: %s", mha_last_error());
     }
     for (int t = 1; t < NTHREADS; t++)
         CHECK(memcmp(c[0], c[t], sizeof(float) * (size_t)(M * N)) == 0,

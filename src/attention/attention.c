@@ -149,6 +149,8 @@ static void ensure_drawn(mask_drawer *md, int64_t n) {
 }
 
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     const size_t need = mha__attention_workspace(d);
     if (need == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace size overflows");
     if (ws_size < need)
@@ -308,6 +310,8 @@ size_t mha__attention_backward_workspace(const mha__attention_desc *d) {
 
 mha_status mha__attention_backward(const mha__attention_desc *d, const float *dout,
                                    int64_t ld_dout, float *dqkv, void *ws, size_t ws_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     bwd_layout L;
     if (!bwd_plan(d, &L)) return mha__fail(MHA_ERR_OVERFLOW, "attention backward workspace overflows");
     if (ws_size < L.total)

@@ -11,8 +11,10 @@
 
 #if defined(__GNUC__)
 #define MHA_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define MHA_NODISCARD __attribute__((warn_unused_result))
 #else
 #define MHA_PRINTF(a, b)
+#define MHA_NODISCARD
 #endif
 
 /* Records a detail for mha_last_error() and returns s, so that failing
@@ -31,10 +33,29 @@ static inline bool mha__mul_i64(int64_t a, int64_t b, int64_t *r) {
     return !__builtin_mul_overflow(a, b, r);
 }
 
-/* 64-byte aligned allocation; mha__free accepts NULL. */
+/* 64-byte aligned allocation; mha__free accepts NULL. The only way the
+ * library allocates (never malloc/calloc/realloc/strdup directly): a
+ * failure records its size for mha__nomem and the test hook below can
+ * inject one. _n: n elements of size bytes, overflow checked. */
 void *mha__alloc(size_t bytes);
 void *mha__calloc(size_t bytes);
+void *mha__alloc_n(size_t n, size_t size);
+void *mha__calloc_n(size_t n, size_t size);
+char *mha__strdup(const char *s);
 void mha__free(void *p);
+
+/* MHA_ERR_NOMEM with a detail "<fmt...> (could not allocate N bytes)",
+ * N being the size of this thread's last failed allocation. */
+mha_status mha__nomem(const char *fmt, ...) MHA_PRINTF(1, 2);
+size_t mha__alloc_failed_bytes(void);
+
+/* Test hook (tests/test_nomem.c): the nth allocation from now (n >= 1)
+ * fails, once; 0 disarms. mha__alloc_inject consumes one count (for
+ * allocators outside the library that a test routes through the hook, e.g.
+ * cJSON's); mha__alloc_failures_injected tells whether the failure fired. */
+void mha__alloc_fail_after(long n);
+bool mha__alloc_inject(void);
+long mha__alloc_failures_injected(void);
 
 /* CPU features, detected once (thread-safe) including the OS's support for
  * the register state (XGETBV). The only place that asks the CPU. */
@@ -55,6 +76,16 @@ bool mha__parse_double(const char *s, double *out);
  * U+10FFFF. The offset of the first byte that does not start a valid
  * sequence, or len when all of s is valid. */
 size_t mha__utf8_check(const unsigned char *s, size_t len);
+
+/* MHA_OK when the threads of the next parallel region can be started (or
+ * already run); MHA_ERR_NOMEM when their stacks do not fit (threads.c).
+ * Called by every compute entry point before its first parallel region. */
+mha_status mha__threads_ready(void);
+
+/* Whether s[0, len) is one JSON value (RFC 8259, with cJSON's nesting and
+ * number-length limits) between white space: after cJSON fails on text that
+ * passes, the failure was one of cJSON's allocations (json_check.c). */
+bool mha__json_wellformed(const unsigned char *s, size_t len);
 
 /* Round up to a multiple of 64 (bytes), for carving workspaces. */
 static inline size_t mha__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }

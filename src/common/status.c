@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +46,48 @@ mha_status mha__fail(mha_status s, const char *fmt, ...) {
     return s;
 }
 
+/* ---- allocation ------------------------------------------------------------
+ *
+ * Every allocation of the library comes here, so that a failure is one
+ * status (MHA_ERR_NOMEM, whose detail names the size: mha__nomem) and so
+ * that the tests can make the Nth allocation fail (mha__alloc_fail_after)
+ * to walk every failure path. The hook is internal (hidden in libmha.so);
+ * the tests link libmha.a. */
+
+static atomic_long fail_countdown; /* > 0: the allocation that takes it to 0 fails */
+static atomic_long fail_fired;      /* injected failures since the hook was armed */
+static _Thread_local size_t failed_bytes;
+
+void mha__alloc_fail_after(long n) {
+    fail_fired = 0;
+    fail_countdown = n > 0 ? n : 0;
+}
+
+long mha__alloc_failures_injected(void) { return fail_fired; }
+
+bool mha__alloc_inject(void) {
+    long c = fail_countdown;
+    while (c > 0) {
+        if (atomic_compare_exchange_weak(&fail_countdown, &c, c - 1)) {
+            if (c != 1) return false;
+            fail_fired++;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void *alloc_failed(size_t bytes) {
+    failed_bytes = bytes;
+    return NULL;
+}
+
 void *mha__alloc(size_t bytes) {
-    if (bytes == 0) bytes = 64;
+    if (mha__alloc_inject()) return alloc_failed(bytes);
+    size_t rounded = mha__align64(bytes ? bytes : 64);
+    if (rounded < bytes) return alloc_failed(bytes); /* SIZE_MAX-ish requests */
     void *p = NULL;
-    if (posix_memalign(&p, 64, mha__align64(bytes)) != 0) return NULL;
+    if (posix_memalign(&p, 64, rounded) != 0) return alloc_failed(bytes);
     return p;
 }
 
@@ -61,4 +100,39 @@ void *mha__calloc(size_t bytes) {
     return p;
 }
 
+void *mha__alloc_n(size_t n, size_t size) {
+    size_t bytes;
+    if (!mha__mul_size(n, size, &bytes)) return alloc_failed(SIZE_MAX);
+    return mha__alloc(bytes);
+}
+
+void *mha__calloc_n(size_t n, size_t size) {
+    size_t bytes;
+    if (!mha__mul_size(n, size, &bytes)) return alloc_failed(SIZE_MAX);
+    return mha__calloc(bytes);
+}
+
+char *mha__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = mha__alloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
 void mha__free(void *p) { free(p); }
+
+size_t mha__alloc_failed_bytes(void) { return failed_bytes; }
+
+mha_status mha__nomem(const char *fmt, ...) {
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (failed_bytes == SIZE_MAX)
+        return mha__fail(MHA_ERR_NOMEM, "%s (the size overflows)", what);
+    char size[32];
+    snprintf(size, sizeof size, "%zu bytes", failed_bytes);
+    if (strstr(what, size)) return mha__fail(MHA_ERR_NOMEM, "%s", what); /* said already */
+    return mha__fail(MHA_ERR_NOMEM, "%s (could not allocate %s)", what, size);
+}

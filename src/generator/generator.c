@@ -56,8 +56,7 @@ mha_status mha_generator_create(uint64_t seed, mha_generator **out) {
     *out = NULL;
     mha_generator *g = mha__alloc(sizeof *g);
     if (g == NULL)
-        return mha__fail(MHA_ERR_NOMEM, "mha_generator_create: cannot allocate %zu bytes",
-                         sizeof *g);
+        return mha__nomem("mha_generator_create: out of memory");
     g->variant = MHA_RNG_AVX2;
     mha_generator_manual_seed(g, seed);
     *out = g;

@@ -35,6 +35,8 @@
 
 mha_status mha_layernorm_forward(float *y, const float *x, const float *scale, const float *shift,
                                  int64_t rows, int64_t E) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!y || !x || !scale || !shift) return mha__fail(MHA_ERR_ARGUMENT, "layernorm: NULL argument");
     if (rows < 0 || E < 1) return mha__fail(MHA_ERR_SHAPE, "layernorm: rows %lld, E %lld", (long long)rows, (long long)E);
     mha__layernorm_rows(y, x, scale, shift, rows, E);
@@ -207,7 +209,7 @@ mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) 
     mha_status st = mha_gpt_config_validate(c);
     if (st != MHA_OK) return st;
     mha_gpt *m = mha__calloc(sizeof *m);
-    if (!m) return mha__fail(MHA_ERR_NOMEM, "out of memory creating a model");
+    if (!m) return mha__nomem("out of memory creating a model");
     m->cfg = *c;
     if (!is_model(c)) m->cfg.vocab_size = 0, m->cfg.n_layers = 1;
     m->E = c->emb_dim;
@@ -226,7 +228,7 @@ mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) 
     if (!m->arena || !m->blocks || !m->params || !m->names) {
         const size_t n = m->arena_floats;
         mha_gpt_free(m);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu parameters (%zu MiB)", n,
+        return mha__nomem("out of memory allocating %zu parameters (%zu MiB)", n,
                          n * sizeof(float) >> 20);
     }
     build(m);
@@ -321,7 +323,7 @@ int64_t mha_gpt_param_scalars(const mha_gpt *m) { return m ? (int64_t)m->arena_f
 static mha_status grow_ws(mha_gpt *m, size_t bytes) {
     if (m->ws_size >= bytes) return MHA_OK;
     void *p = mha__alloc(bytes);
-    if (!p) return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu bytes of activations", bytes);
+    if (!p) return mha__nomem("out of memory allocating %zu bytes of activations", bytes);
     mha__free(m->ws);
     m->ws = p;
     m->ws_size = bytes;
@@ -346,18 +348,23 @@ typedef struct {
  * branch's dropout, its mask drawn first, as PyTorch draws it after the
  * branch's Linear: nothing draws in between) as the GEMM's epilogue, on
  * each tile while it is in cache; p->ctx takes the product. */
-static void residual_linear(const mha_gpt *m, pass *p, float *x, int64_t rows, int64_t K, const float *A,
-                            int64_t lda, const float *W, const float *bias, double pdrop) {
+static mha_status residual_linear(const mha_gpt *m, pass *p, float *x, int64_t rows, int64_t K,
+                                  const float *A, int64_t lda, const float *W, const float *bias,
+                                  double pdrop) {
     const int64_t E = m->E;
     mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = x, .ldx = E};
     if (pdrop > 0.0) {
         mha__generator_keep_bits(p->g, p->keep, (size_t)(rows * E), pdrop);
         e.keep = (mha__keep_view){.bits = p->keep, .bit0 = 0, .ld = E, .scale = mha__dropout_scale(pdrop)};
     }
-    mha__sgemm_epilogue(rows, E, K, A, lda, W, K, p->ctx, E, &e);
+    return mha__sgemm_epilogue(rows, E, K, A, lda, W, K, p->ctx, E, &e);
 }
 
-static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
+/* MHA_OK, or MHA_ERR_NOMEM from a GEMM (x and the cache rows being written
+ * are then unspecified; the caller's state, kv_len included, is not
+ * advanced). */
+static mha_status block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
+    mha_status st;
     const mha__gpt_block *b = &m->blocks[l];
     const int64_t E = m->E, T = p->T, n = T - p->t0, rows = p->B * n;
     const double pdrop = p->g ? m->cfg.drop_rate : 0.0;
@@ -380,7 +387,7 @@ static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
     if (p->cache) {
         /* new rows' q into kq, k and v into the cache at their positions */
         float *kv = m->kv + l * m->C * 2 * E;
-        mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E);
+        if ((st = mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E)) != MHA_OK) return st;
         for (int64_t r = 0; r < n; r++) {
             memcpy(m->kq + (p->t0 + r) * E, p->qkv + r * 3 * E, (size_t)E * sizeof(float));
             memcpy(kv + (p->t0 + r) * 2 * E, p->qkv + r * 3 * E + E, (size_t)(2 * E) * sizeof(float));
@@ -395,9 +402,10 @@ static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
         d.o = m->kq; /* context over the queries, row by row */
         d.ldo = E;
         mha__attention_forward(&d, p->att_ws, p->att_ws_size);
-        residual_linear(m, p, x, rows, E, m->kq + p->t0 * E, E, b->w_out, b->b_out, pdrop);
+        if ((st = residual_linear(m, p, x, rows, E, m->kq + p->t0 * E, E, b->w_out, b->b_out, pdrop)) != MHA_OK)
+            return st;
     } else {
-        mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E);
+        if ((st = mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E)) != MHA_OK) return st;
         d.qkv = p->qkv;
         d.ld_qkv = 3 * E;
         d.q_base = 0;
@@ -406,13 +414,15 @@ static void block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
         d.o = p->qkv; /* context over Q (kernels.h allows it) */
         d.ldo = 3 * E;
         mha__attention_forward(&d, p->att_ws, p->att_ws_size);
-        residual_linear(m, p, x, rows, E, p->qkv, 3 * E, b->w_out, b->b_out, pdrop);
+        if ((st = residual_linear(m, p, x, rows, E, p->qkv, 3 * E, b->w_out, b->b_out, pdrop)) != MHA_OK)
+            return st;
     }
 
     mha__layernorm_rows(p->h, x, b->ln2_s, b->ln2_b, rows, E);
     const mha__gemm_epilogue gelu = {.kind = MHA_EPI_GELU, .bias = b->b1};
-    mha__sgemm_epilogue(rows, 4 * E, E, p->h, E, b->w1, E, p->ff, 4 * E, &gelu);
-    residual_linear(m, p, x, rows, 4 * E, p->ff, 4 * E, b->w2, b->b2, pdrop);
+    if ((st = mha__sgemm_epilogue(rows, 4 * E, E, p->h, E, b->w1, E, p->ff, 4 * E, &gelu)) != MHA_OK)
+        return st;
+    return residual_linear(m, p, x, rows, 4 * E, p->ff, 4 * E, b->w2, b->b2, pdrop);
 }
 
 /* Sets up p's buffers in m->ws after x (rows, E) and head_rows * V logits
@@ -458,13 +468,15 @@ static mha_status check_ids(const mha_gpt *m, const int32_t *idx, int64_t n) {
 }
 
 /* The head on `rows` rows of x (after final_norm into h): logits (rows, V). */
-static void head_forward(mha_gpt *m, float *logits, float *h, const float *x, int64_t rows) {
+static mha_status head_forward(mha_gpt *m, float *logits, float *h, const float *x, int64_t rows) {
     mha__layernorm_rows(h, x, m->lnf_s, m->lnf_b, rows, m->E);
-    mha__sgemm(false, true, rows, m->V, m->E, 1.0f, h, m->E, m->head, m->E, 0.0f, logits, m->V);
+    return mha__sgemm(false, true, rows, m->V, m->E, 1.0f, h, m->E, m->head, m->E, 0.0f, logits, m->V);
 }
 
 mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, int last_only,
                            mha_generator *dropout_rng) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !logits || !idx) return mha__fail(MHA_ERR_ARGUMENT, "model, logits or idx is NULL");
     if (!is_model(&m->cfg)) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock takes x, not token ids");
     if (B < 1 || T < 1) return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
@@ -480,18 +492,19 @@ mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_
         for (int64_t e = 0; e < E; e++)
             x[r * E + e] = m->tok_emb[(int64_t)idx[r] * E + e] + m->pos_emb[(r % T) * E + e];
     drop_inplace(dropout_rng, x, (size_t)(rows * E), dropout_rng ? m->cfg.drop_rate : 0.0);
-    for (int64_t l = 0; l < m->L; l++) block_forward(m, l, x, &p);
+    for (int64_t l = 0; l < m->L; l++)
+        if ((st = block_forward(m, l, x, &p)) != MHA_OK) return st;
     if (last_only) {
         for (int64_t b = 0; b < B; b++) memmove(x + b * E, x + (b * T + T - 1) * E, (size_t)E * sizeof(float));
-        head_forward(m, logits, p.h, x, B);
-    } else {
-        head_forward(m, logits, p.h, x, rows);
+        return head_forward(m, logits, p.h, x, B);
     }
-    return MHA_OK;
+    return head_forward(m, logits, p.h, x, rows);
 }
 
 mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T,
                                   mha_generator *dropout_rng) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "model, y or x is NULL");
     if (B < 1 || T < 1) return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
     if (T > m->C) return mha__fail(MHA_ERR_CONTEXT_LENGTH, "%lld tokens exceed context_length %lld", (long long)T, (long long)m->C);
@@ -505,7 +518,8 @@ mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t 
     mha_status st = plan_pass(m, &p, 0, &unused);
     if (st != MHA_OK) return st;
     if (y != x) memcpy(y, x, (size_t)n * sizeof(float));
-    for (int64_t l = 0; l < m->L; l++) block_forward(m, l, y, &p);
+    for (int64_t l = 0; l < m->L; l++)
+        if ((st = block_forward(m, l, y, &p)) != MHA_OK) return st;
     return MHA_OK;
 }
 
@@ -520,6 +534,8 @@ mha_status mha_gpt_cache_reset(mha_gpt *m) {
 int64_t mha_gpt_cache_length(const mha_gpt *m) { return m ? m->kv_len : 0; }
 
 mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int64_t n) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !logits || !ids) return mha__fail(MHA_ERR_ARGUMENT, "model, logits or ids is NULL");
     if (!is_model(&m->cfg)) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock has no token cache");
     if (n < 1) return mha__fail(MHA_ERR_SHAPE, "feed at least one token (got %lld)", (long long)n);
@@ -539,7 +555,7 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
             mha__free(m->kv);
             mha__free(m->kq);
             m->kv = m->kq = NULL;
-            return mha__fail(MHA_ERR_NOMEM, "out of memory allocating the KV cache (%zu MiB)", kvb >> 20);
+            return mha__nomem("out of memory allocating the KV cache (%zu MiB)", kvb >> 20);
         }
     }
     const int64_t t0 = m->kv_len;
@@ -548,8 +564,9 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
     if ((st = plan_pass(m, &p, (size_t)(n * E), &x)) != MHA_OK) return st;
     for (int64_t r = 0; r < n; r++)
         for (int64_t e = 0; e < E; e++) x[r * E + e] = m->tok_emb[(int64_t)ids[r] * E + e] + m->pos_emb[(t0 + r) * E + e];
-    for (int64_t l = 0; l < m->L; l++) block_forward(m, l, x, &p);
-    m->kv_len = t0 + n;
-    head_forward(m, logits, p.h, x + (n - 1) * E, 1);
+    for (int64_t l = 0; l < m->L; l++)
+        if ((st = block_forward(m, l, x, &p)) != MHA_OK) return st;
+    if ((st = head_forward(m, logits, p.h, x + (n - 1) * E, 1)) != MHA_OK) return st;
+    m->kv_len = t0 + n; /* only now: a failed feed leaves the cache as it was */
     return MHA_OK;
 }

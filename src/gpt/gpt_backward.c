@@ -258,8 +258,9 @@ static void draw_noise(mha_generator *g, float *noise, size_t n, double p) {
  * it (the same GEMM epilogue on the same tiles, the mask drawn the same
  * way), x kept: y is a copy of x that the epilogue adds into. noise gets
  * the mask as drop_shortcut's factors (0 or 1/(1-p)) for the backward. */
-static void residual_linear(mha_gpt_tape *t, const mha_gpt *m, mha_generator *g, float *y, const float *x,
-                            int64_t K, const float *A, const float *W, const float *bias, float *noise) {
+static mha_status residual_linear(mha_gpt_tape *t, const mha_gpt *m, mha_generator *g, float *y,
+                                  const float *x, int64_t K, const float *A, const float *W,
+                                  const float *bias, float *noise) {
     const int64_t E = m->E, R = t->B * t->T, n = R * E;
     memcpy(y, x, (size_t)n * sizeof(float));
     mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = y, .ldx = E};
@@ -270,7 +271,7 @@ static void residual_linear(mha_gpt_tape *t, const mha_gpt *m, mha_generator *g,
         e.keep = (mha__keep_view){.bits = t->kb, .bit0 = 0, .ld = E, .scale = scale};
         for (int64_t i = 0; i < n; i++) noise[i] = (t->kb[i >> 6] >> (i & 63)) & 1 ? scale : 0.0f;
     }
-    mha__sgemm_epilogue(R, E, K, A, K, W, K, t->t0, E, &e);
+    return mha__sgemm_epilogue(R, E, K, A, K, W, K, t->t0, E, &e);
 }
 
 /* a (rows, n) += bias, row by row */
@@ -289,25 +290,31 @@ static mha_status blocks_forward(mha_gpt *m, mha_gpt_tape *t, mha_generator *g) 
         const mha__gpt_block *b = &m->blocks[l];
         tape_block *tb = &t->blk[l];
         float *y = l + 1 < m->L ? t->blk[l + 1].x : t->out;
+        mha_status st;
         mha_layernorm_forward(tb->h1, tb->x, b->ln1_s, b->ln1_b, R, E);
-        mha__sgemm_bias(false, true, R, 3 * E, E, tb->h1, E, b->w_qkv, E, b->b_qkv, tb->qkv, 3 * E);
+        if ((st = mha__sgemm_bias(false, true, R, 3 * E, E, tb->h1, E, b->w_qkv, E, b->b_qkv, tb->qkv,
+                                  3 * E)) != MHA_OK)
+            return st;
         mha__attention_desc d;
         block_desc(m, &d, t->B, t->T, t->drop ? g : NULL);
         d.qkv = tb->qkv;
         d.o = tb->o;
         d.stats = tb->stats;
         d.keep_bits = tb->bits;
-        mha_status st = mha__attention_forward(&d, t->att_ws, t->att_ws_size);
-        if (st != MHA_OK) return st;
-        residual_linear(t, m, g, tb->x1, tb->x, E, tb->o, b->w_out, b->b_out, tb->n1);
+        if ((st = mha__attention_forward(&d, t->att_ws, t->att_ws_size)) != MHA_OK) return st;
+        if ((st = residual_linear(t, m, g, tb->x1, tb->x, E, tb->o, b->w_out, b->b_out, tb->n1)) != MHA_OK)
+            return st;
         mha_layernorm_forward(tb->h2, tb->x1, b->ln2_s, b->ln2_b, R, E);
         /* gpt.c's GELU epilogue computes gelu(A W1^T + b1) on the product's
          * tiles; here the sum is kept (f, the backward's input) and GELU
          * runs on it, the same operations in the same order */
-        mha__sgemm(false, true, R, 4 * E, E, 1.0f, tb->h2, E, b->w1, E, 0.0f, tb->f, 4 * E);
+        if ((st = mha__sgemm(false, true, R, 4 * E, E, 1.0f, tb->h2, E, b->w1, E, 0.0f, tb->f, 4 * E)) !=
+            MHA_OK)
+            return st;
         add_bias(tb->f, b->b1, R, 4 * E);
         mha_gelu_forward(tb->g, tb->f, (size_t)(R * 4 * E));
-        residual_linear(t, m, g, y, tb->x1, 4 * E, tb->g, b->w2, b->b2, tb->n2);
+        if ((st = residual_linear(t, m, g, y, tb->x1, 4 * E, tb->g, b->w2, b->b2, tb->n2)) != MHA_OK)
+            return st;
     }
     return MHA_OK;
 }
@@ -358,7 +365,11 @@ mha_status mha_gpt_forward_tape(mha_gpt *m, float *logits, const int32_t *idx, i
         return st;
     }
     mha_layernorm_forward(tape->hf, tape->out, m->lnf_s, m->lnf_b, R, E);
-    mha__sgemm(false, true, R, V, E, 1.0f, tape->hf, E, m->head, E, 0.0f, tape->logits, V);
+    if ((st = mha__sgemm(false, true, R, V, E, 1.0f, tape->hf, E, m->head, E, 0.0f, tape->logits, V)) !=
+        MHA_OK) {
+        tape->m = NULL;
+        return st;
+    }
     if (logits) memcpy(logits, tape->logits, (size_t)R * (size_t)V * sizeof(float));
     return MHA_OK;
 }
@@ -451,6 +462,14 @@ static void mask(float *y, const float *a, const float *noise, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = noise ? a[i] * noise[i] : a[i];
 }
 
+/* A failing call (MHA_ERR_NOMEM from a GEMM) ends the backward; gradients
+ * are then partly accumulated, so the caller consumes the tape (mha.h). */
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        const mha_status try_st_ = (call);                                                         \
+        if (try_st_ != MHA_OK) return try_st_;                                                     \
+    } while (0)
+
 /* dx (R, E): the gradient at the last block's output in, the first
  * block's input's out. Scratch: t0 (dz, da), t1 (dh, do), t2 (LayerNorm),
  * t4 (df, dqkv). */
@@ -462,19 +481,19 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
         const tape_block *tb = &t->blk[l];
         /* feed-forward */
         mask(dz, dx, tb->n2, R * E);
-        mha__sgemm(true, false, E, 4 * E, R, 1.0f, dz, E, tb->g, 4 * E, 1.0f, G(m, b->w2), 4 * E);
+        TRY(mha__sgemm(true, false, E, 4 * E, R, 1.0f, dz, E, tb->g, 4 * E, 1.0f, G(m, b->w2), 4 * E));
         mha__colsum_acc(G(m, b->b2), dz, R, E, E);
-        mha__sgemm(false, false, R, 4 * E, E, 1.0f, dz, E, b->w2, 4 * E, 0.0f, df, 4 * E);
+        TRY(mha__sgemm(false, false, R, 4 * E, E, 1.0f, dz, E, b->w2, 4 * E, 0.0f, df, 4 * E));
         gelu_backward(df, tb->f, R * 4 * E);
-        mha__sgemm(true, false, 4 * E, E, R, 1.0f, df, 4 * E, tb->h2, E, 1.0f, G(m, b->w1), E);
+        TRY(mha__sgemm(true, false, 4 * E, E, R, 1.0f, df, 4 * E, tb->h2, E, 1.0f, G(m, b->w1), E));
         mha__colsum_acc(G(m, b->b1), df, R, 4 * E, 4 * E);
-        mha__sgemm(false, false, R, E, 4 * E, 1.0f, df, 4 * E, b->w1, E, 0.0f, dh, E);
+        TRY(mha__sgemm(false, false, R, E, 4 * E, 1.0f, df, 4 * E, b->w1, E, 0.0f, dh, E));
         layernorm_backward(dx, dh, tb->x1, b->ln2_s, G(m, b->ln2_s), G(m, b->ln2_b), lns, R, E);
         /* attention */
         mask(dz, dx, tb->n1, R * E);
-        mha__sgemm(true, false, E, E, R, 1.0f, dz, E, tb->o, E, 1.0f, G(m, b->w_out), E);
+        TRY(mha__sgemm(true, false, E, E, R, 1.0f, dz, E, tb->o, E, 1.0f, G(m, b->w_out), E));
         mha__colsum_acc(G(m, b->b_out), dz, R, E, E);
-        mha__sgemm(false, false, R, E, E, 1.0f, dz, E, b->w_out, E, 0.0f, dh, E);
+        TRY(mha__sgemm(false, false, R, E, E, 1.0f, dz, E, b->w_out, E, 0.0f, dh, E));
         mha__attention_desc d;
         block_desc(m, &d, t->B, t->T, NULL);
         if (t->drop) {
@@ -486,11 +505,10 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
         d.stats = tb->stats;
         d.keep_bits = tb->bits;
         float *dqkv = df;
-        mha_status st = mha__attention_backward(&d, dh, E, dqkv, t->att_ws, t->att_ws_size);
-        if (st != MHA_OK) return st;
-        mha__sgemm(true, false, 3 * E, E, R, 1.0f, dqkv, 3 * E, tb->h1, E, 1.0f, G(m, b->w_qkv), E);
+        TRY(mha__attention_backward(&d, dh, E, dqkv, t->att_ws, t->att_ws_size));
+        TRY(mha__sgemm(true, false, 3 * E, E, R, 1.0f, dqkv, 3 * E, tb->h1, E, 1.0f, G(m, b->w_qkv), E));
         if (b->b_qkv) mha__colsum_acc(G(m, b->b_qkv), dqkv, R, 3 * E, 3 * E);
-        mha__sgemm(false, false, R, E, 3 * E, 1.0f, dqkv, 3 * E, b->w_qkv, E, 0.0f, dh, E);
+        TRY(mha__sgemm(false, false, R, E, 3 * E, 1.0f, dqkv, 3 * E, b->w_qkv, E, 0.0f, dh, E));
         layernorm_backward(dx, dh, tb->x, b->ln1_s, G(m, b->ln1_s), G(m, b->ln1_b), lns, R, E);
     }
     return MHA_OK;
@@ -529,8 +547,8 @@ static mha_status model_backward(mha_gpt *m, mha_gpt_tape *t, const float *dlogi
     const int64_t E = m->E, V = m->V, R = t->B * t->T, T = t->T;
     float *dx = t->t3;
     /* head and final_norm */
-    mha__sgemm(false, false, R, E, V, 1.0f, dlogits, V, m->head, E, 0.0f, t->t1, E);
-    mha__sgemm(true, false, V, E, R, 1.0f, dlogits, V, t->hf, E, 1.0f, G(m, m->head), E);
+    TRY(mha__sgemm(false, false, R, E, V, 1.0f, dlogits, V, m->head, E, 0.0f, t->t1, E));
+    TRY(mha__sgemm(true, false, V, E, R, 1.0f, dlogits, V, t->hf, E, 1.0f, G(m, m->head), E));
     memset(dx, 0, (size_t)(R * E) * sizeof(float));
     layernorm_backward(dx, t->t1, t->out, m->lnf_s, G(m, m->lnf_s), G(m, m->lnf_b), t->t2, R, E);
     mha_status st = blocks_backward(m, t, dx);
@@ -559,8 +577,9 @@ mha_status mha_gpt_backward(mha_gpt *m, mha_gpt_tape *tape, const float *dlogits
     if (st == MHA_OK) st = check_finite(dlogits, tape->B * tape->T * m->V, "dlogits");
     if (st != MHA_OK) return st;
     if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    if ((st = model_backward(m, tape, dlogits)) != MHA_OK) return st;
-    tape->m = NULL; /* consumed */
+    st = model_backward(m, tape, dlogits);
+    tape->m = NULL; /* consumed, also when a GEMM failed part-way */
+    return st;
     return MHA_OK;
 }
 
@@ -573,9 +592,10 @@ mha_status mha_gpt_blocks_backward(mha_gpt *m, mha_gpt_tape *tape, float *dx, co
     if (!grad_arena(m)) return MHA_ERR_NOMEM;
     float *g = tape->t3;
     memcpy(g, dy, (size_t)n * sizeof(float));
-    if ((st = blocks_backward(m, tape, g)) != MHA_OK) return st;
+    st = blocks_backward(m, tape, g);
+    tape->m = NULL; /* consumed, also when a GEMM failed part-way */
+    if (st != MHA_OK) return st;
     if (dx) memcpy(dx, g, (size_t)n * sizeof(float));
-    tape->m = NULL; /* consumed */
     return MHA_OK;
 }
 

@@ -21,7 +21,7 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     if (!e || !shapes) {
         mha__free(e);
         mha__free(shapes);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        return mha__nomem("out of memory");
     }
     for (size_t i = 0; i < m->n_params; i++) {
         const mha_param *p = &m->params[i];
@@ -207,7 +207,7 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
     float *tmp = mha__alloc((size_t)(4 * E * E) * sizeof(float));
     if (!tmp) {
         mha_gpt_free(m);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        return mha__nomem("out of memory");
     }
     s = take(st, &wte, m->tok_emb, m->V, E, false, NULL);
     if (s == MHA_OK) s = take(st, &wpe, m->pos_emb, m->C, E, false, NULL);
@@ -309,13 +309,16 @@ void mha_generate_opts_init(mha_generate_opts *o) {
     o->eos_id = -1;
 }
 
-/* The next id from the last position's logits (modified in place). */
-static int32_t pick(float *logits, int64_t V, const mha_generate_opts *o, mha_generator *g) {
+/* The next id from the last position's logits (modified in place); tmp:
+ * V floats of scratch for top-k, allocated by the caller with the logits so
+ * that picking cannot fail (it once fell back to no top-k when it could not
+ * allocate, and drew another token). */
+static int32_t pick(float *logits, float *tmp, int64_t V, const mha_generate_opts *o,
+                    mha_generator *g) {
     if (o->top_k > 0 && o->top_k < V) {
         /* the k-th largest value (torch.topk(...)[:, -1]): select by counting */
-        float *tmp = mha__alloc((size_t)V * sizeof(float));
-        float kth = -INFINITY;
-        if (tmp) {
+        float kth;
+        {
             memcpy(tmp, logits, (size_t)V * sizeof(float));
             /* partial selection sort over the top k: k is small */
             for (int64_t i = 0; i < o->top_k; i++) {
@@ -327,7 +330,6 @@ static int32_t pick(float *logits, int64_t V, const mha_generate_opts *o, mha_ge
                 tmp[best] = t;
             }
             kth = tmp[o->top_k - 1];
-            mha__free(tmp);
         }
         for (int64_t j = 0; j < V; j++)
             if (logits[j] < kth) logits[j] = -INFINITY;
@@ -374,9 +376,9 @@ mha_status mha_gpt_generate(mha_gpt *m, int32_t *out, int64_t *n_out, const int3
             return mha__fail(MHA_ERR_ARGUMENT, "token id %d at position %lld is outside the vocabulary [0, %lld)",
                              prompt[i], (long long)i, (long long)m->V);
     const int64_t V = m->V, C = m->C;
-    float *logits = mha__alloc((size_t)V * sizeof(float));
+    float *logits = mha__alloc_n((size_t)V, 2 * sizeof(float)); /* logits, then pick's scratch */
     mha_generator *g = NULL;
-    mha_status s = logits ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory");
+    mha_status s = logits ? MHA_OK : mha__nomem("out of memory for generation's logits");
     if (s == MHA_OK && o->temperature > 0.0) s = mha_generator_create(o->seed, &g);
     int64_t n = n_prompt;
     if (s == MHA_OK) memcpy(out, prompt, (size_t)n_prompt * sizeof(int32_t));
@@ -393,7 +395,7 @@ mha_status mha_gpt_generate(mha_gpt *m, int32_t *out, int64_t *n_out, const int3
             s = mha_gpt_cache_feed(m, logits, out + n - 1, 1);
         }
         if (s != MHA_OK) break;
-        const int32_t next = pick(logits, V, o, g);
+        const int32_t next = pick(logits, logits + V, V, o, g);
         if (next == o->eos_id) break;
         out[n++] = next;
         if (on_token) on_token(user, next);

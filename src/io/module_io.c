@@ -41,8 +41,8 @@ static mha_status add_head_mask(mha_st_entry *ents, size_t *ne, char **names, si
                                 const int64_t *mshape, const float *mask) {
     if (*nmask == n_masks)
         return mha__fail(MHA_ERR_ARGUMENT, "module has more heads than num_heads");
-    char *nm = malloc(pl + 5);
-    if (!nm) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    char *nm = mha__alloc(pl + 5);
+    if (!nm) return mha__nomem("out of memory");
     memcpy(nm, pname, pl);
     memcpy(nm + pl, "mask", 5);
     names[(*nmask)++] = nm;
@@ -106,18 +106,18 @@ mha_status mha_module_save(const mha_module *m, const char *path) {
     size_t cap;
     if (!mha__add_size(np, n_masks, &cap) || cap > SIZE_MAX / sizeof(mha_st_entry))
         return mha__fail(MHA_ERR_OVERFLOW, "too many tensors");
-    mha_st_entry *ents = calloc(cap ? cap : 1, sizeof *ents);
-    char **mask_names = calloc(n_masks ? n_masks : 1, sizeof *mask_names);
-    mha_param *params = calloc(np ? np : 1, sizeof *params);
+    mha_st_entry *ents = mha__calloc_n(cap ? cap : 1, sizeof *ents);
+    char **mask_names = mha__calloc_n(n_masks ? n_masks : 1, sizeof *mask_names);
+    mha_param *params = mha__calloc_n(np ? np : 1, sizeof *params);
     mha_status s = MHA_OK;
     if (!ents || !mask_names || !params) {
-        s = mha__fail(MHA_ERR_NOMEM, "out of memory saving the module");
+        s = mha__nomem("out of memory saving the module");
         goto out;
     }
     if (masked) {
-        mask = malloc(mask_n * sizeof *mask);
+        mask = mha__alloc(mask_n * sizeof *mask);
         if (!mask) {
-            s = mha__fail(MHA_ERR_NOMEM, "out of memory for the %zu x %zu mask", ctx, ctx);
+            s = mha__nomem("out of memory for the %zu x %zu mask", ctx, ctx);
             goto out;
         }
         for (size_t i = 0; i < ctx; i++)
@@ -146,11 +146,11 @@ mha_status mha_module_save(const mha_module *m, const char *path) {
     s = mha_st_write_file(path, ents, ne, meta, nm);
 
 out:
-    for (size_t i = 0; mask_names && i < n_masks; i++) free(mask_names[i]);
-    free(mask_names);
-    free(params);
-    free(ents);
-    free(mask);
+    for (size_t i = 0; mask_names && i < n_masks; i++) mha__free(mask_names[i]);
+    mha__free(mask_names);
+    mha__free(params);
+    mha__free(ents);
+    mha__free(mask);
     return s;
 }
 

@@ -114,25 +114,18 @@ struct mha_st {
 
 void mha_st_free(mha_st *st) {
     if (!st) return;
-    for (size_t i = 0; i < st->n; i++) free(st->entries[i].name);
+    for (size_t i = 0; i < st->n; i++) mha__free(st->entries[i].name);
     for (size_t i = 0; i < st->n_meta; i++) {
-        free(st->meta_keys[i]);
-        free(st->meta_values[i]);
+        mha__free(st->meta_keys[i]);
+        mha__free(st->meta_values[i]);
     }
-    free(st->entries);
-    free(st->by_name);
-    free(st->meta_keys);
-    free(st->meta_values);
-    free(st->buf);
+    mha__free(st->entries);
+    mha__free(st->by_name);
+    mha__free(st->meta_keys);
+    mha__free(st->meta_values);
+    mha__free(st->buf);
     if (st->fd >= 0) close(st->fd);
-    free(st);
-}
-
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
+    mha__free(st);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -360,35 +353,35 @@ static mha_status parse_metadata(mha_st *st, const cJSON *meta) {
         n++;
     }
     if (n == 0) return MHA_OK;
-    st->meta_keys = calloc(n, sizeof *st->meta_keys);
-    st->meta_values = calloc(n, sizeof *st->meta_values);
+    st->meta_keys = mha__calloc_n(n, sizeof *st->meta_keys);
+    st->meta_values = mha__calloc_n(n, sizeof *st->meta_values);
     if (!st->meta_keys || !st->meta_values)
-        return mha__fail(MHA_ERR_NOMEM, "out of memory reading __metadata__");
+        return mha__nomem("out of memory reading __metadata__");
     for (const cJSON *c = meta->child; c; c = c->next) {
-        char *k = dup_str(c->string), *v = dup_str(c->valuestring);
+        char *k = mha__strdup(c->string), *v = mha__strdup(c->valuestring);
         if (!k || !v) {
-            free(k);
-            free(v);
-            return mha__fail(MHA_ERR_NOMEM, "out of memory reading __metadata__");
+            mha__free(k);
+            mha__free(v);
+            return mha__nomem("out of memory reading __metadata__");
         }
         st->meta_keys[st->n_meta] = k;
         st->meta_values[st->n_meta] = v;
         st->n_meta++;
     }
     /* duplicates: sort a copy of the key pointers */
-    char **keys = malloc(n * sizeof *keys);
-    if (!keys) return mha__fail(MHA_ERR_NOMEM, "out of memory reading __metadata__");
+    char **keys = mha__alloc(n * sizeof *keys);
+    if (!keys) return mha__nomem("out of memory reading __metadata__");
     memcpy(keys, st->meta_keys, n * sizeof *keys);
     qsort(keys, n, sizeof *keys, cmp_str);
     for (size_t i = 1; i < n; i++) {
         if (strcmp(keys[i - 1], keys[i]) == 0) {
             mha_status s = mha__fail(MHA_ERR_FORMAT, "__metadata__: duplicate key '%s'",
                                      keys[i]);
-            free(keys);
+            mha__free(keys);
             return s;
         }
     }
-    free(keys);
+    mha__free(keys);
     return MHA_OK;
 }
 
@@ -418,18 +411,18 @@ static mha_status parse_json(mha_st *st, const cJSON *root, size_t data_size) {
                              "tensors", data_size);
         return MHA_OK;
     }
-    st->entries = calloc(n, sizeof *st->entries);
-    st->by_name = malloc(n * sizeof *st->by_name);
+    st->entries = mha__calloc_n(n, sizeof *st->entries);
+    st->by_name = mha__alloc(n * sizeof *st->by_name);
     if (!st->entries || !st->by_name)
-        return mha__fail(MHA_ERR_NOMEM, "out of memory reading %zu tensor entries", n);
+        return mha__nomem("out of memory reading %zu tensor entries", n);
     for (const cJSON *c = root->child; c; c = c->next) {
         if (c == meta) continue;
         st_entry *e = &st->entries[st->n];
         mha_status s = parse_entry(c, data_size, e);
         if (s != MHA_OK) return s;
         e->order = st->n;
-        e->name = dup_str(c->string);
-        if (!e->name) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        e->name = mha__strdup(c->string);
+        if (!e->name) return mha__nomem("out of memory");
         st->n++;
     }
     /* file order and coverage */
@@ -468,7 +461,7 @@ static mha_status parse_json(mha_st *st, const cJSON *root, size_t data_size) {
 static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int fd, mha_st **out) {
     *out = NULL;
     if (len < 8 || have < 8) {
-        free(buf);
+        mha__free(buf);
         if (fd >= 0) close(fd);
         return mha__fail(MHA_ERR_FORMAT, "file of %zu bytes is shorter than the 8-byte "
                          "header length", len);
@@ -487,18 +480,18 @@ static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int f
     else if (hlen64 > have - 8)
         s = mha__fail(MHA_ERR_ARGUMENT, "the header was not read in full");
     if (s != MHA_OK) {
-        free(buf);
+        mha__free(buf);
         if (fd >= 0) close(fd);
         return s;
     }
     size_t hlen = (size_t)hlen64;
     const unsigned char *h = buf + 8;
 
-    mha_st *st = calloc(1, sizeof *st);
+    mha_st *st = mha__calloc_n(1, sizeof *st);
     if (!st) {
-        free(buf);
+        mha__free(buf);
         if (fd >= 0) close(fd);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        return mha__nomem("out of memory");
     }
     st->fd = fd;
     st->buf = buf;
@@ -527,9 +520,9 @@ static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int f
     }
     s = lex_check(h, jlen);
     if (s != MHA_OK) goto done;
-    json = malloc(jlen + 1);
+    json = mha__alloc(jlen + 1);
     if (!json) {
-        s = mha__fail(MHA_ERR_NOMEM, "out of memory copying the header");
+        s = mha__nomem("out of memory copying the header");
         goto done;
     }
     memcpy(json, h, jlen);
@@ -538,14 +531,18 @@ static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int f
     root = cJSON_ParseWithOpts(json, &end, 1);
     if (!root) {
         size_t at = (end && end >= json && end <= json + jlen) ? (size_t)(end - json) : 0;
-        s = mha__fail(MHA_ERR_FORMAT, "header is not valid JSON (near byte %zu)", at);
+        s = mha__json_wellformed(h, jlen)
+                ? mha__fail(MHA_ERR_NOMEM,
+                            "out of memory parsing the %zu-byte header (an allocation by cJSON "
+                            "failed)", jlen)
+                : mha__fail(MHA_ERR_FORMAT, "header is not valid JSON (near byte %zu)", at);
         goto done;
     }
     s = parse_json(st, root, len - st->data_start);
 
 done:
     cJSON_Delete(root);
-    free(json);
+    mha__free(json);
     if (s != MHA_OK) {
         mha_st_free(st);
         return s;
@@ -558,8 +555,8 @@ mha_status mha_st_parse(const void *buf, size_t len, mha_st **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_parse: out is NULL");
     *out = NULL;
     if (!buf && len > 0) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_parse: buf is NULL");
-    unsigned char *copy = malloc(len ? len : 1);
-    if (!copy) return mha__fail(MHA_ERR_NOMEM, "out of memory copying %zu bytes", len);
+    unsigned char *copy = mha__alloc(len ? len : 1);
+    if (!copy) return mha__nomem("out of memory copying %zu bytes", len);
     if (len) memcpy(copy, buf, len);
     return parse_owned(copy, len, len, -1, out);
 }
@@ -623,14 +620,14 @@ mha_status mha_st_open(const char *path, mha_st **out) {
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | pre[i];
     size_t have = n8;
     if (size >= 8 && hlen > 0 && hlen <= ST_MAX_HEADER && hlen <= size - 8) have = 8 + (size_t)hlen;
-    unsigned char *buf = malloc(have);
+    unsigned char *buf = mha__alloc(have);
     if (!buf) {
         close(fd);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory reading the header of '%s'", path);
+        return mha__nomem("out of memory reading the header of '%s'", path);
     }
     memcpy(buf, pre, n8);
     if (have > 8 && (s = read_at(fd, buf + 8, have - 8, 8)) != MHA_OK) {
-        free(buf);
+        mha__free(buf);
         close(fd);
         return mha__fail(MHA_ERR_IO, "cannot read '%s'", path);
     }
@@ -657,10 +654,10 @@ mha_status mha_st_read_file(const char *path, mha_st **out) {
         close(fd);
         return mha__fail(MHA_ERR_IO, "cannot open '%s': %s", path, strerror(e));
     }
-    unsigned char *buf = malloc(size ? size : 1);
+    unsigned char *buf = mha__alloc(size ? size : 1);
     if (!buf) {
         fclose(f);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory reading '%s' (%zu bytes)", path,
+        return mha__nomem("out of memory reading '%s' (%zu bytes)", path,
                          size);
     }
     size_t got = size ? fread(buf, 1, size, f) : 0;
@@ -669,7 +666,7 @@ mha_status mha_st_read_file(const char *path, mha_st **out) {
     int extra = (got == size) ? fgetc(f) : EOF;
     fclose(f);
     if (err || got != size || extra != EOF) {
-        free(buf);
+        mha__free(buf);
         return mha__fail(MHA_ERR_IO, "cannot read '%s'%s", path,
                          err ? ": read error" : ": size changed while reading");
     }
@@ -827,17 +824,17 @@ mha_status mha_st_read_f32(const mha_st *st, const mha_st_tensor *t, float *out,
         return s == MHA_OK ? MHA_OK : mha__fail(s, "tensor '%s': %s", t->name, "cannot read its data");
     }
     const size_t chunk = (size_t)1 << 20; /* elements */
-    unsigned char *tmp = malloc((n < chunk ? n : chunk) * es + 1);
-    if (!tmp) return mha__fail(MHA_ERR_NOMEM, "out of memory reading tensor '%s'", t->name);
+    unsigned char *tmp = mha__alloc((n < chunk ? n : chunk) * es + 1);
+    if (!tmp) return mha__nomem("out of memory reading tensor '%s'", t->name);
     for (size_t i = 0; i < n; i += chunk) {
         const size_t m = n - i < chunk ? n - i : chunk;
         if (read_at(st->fd, tmp, m * es, off + i * es) != MHA_OK) {
-            free(tmp);
+            mha__free(tmp);
             return mha__fail(MHA_ERR_IO, "tensor '%s': cannot read its data", t->name);
         }
         convert(t->dtype, es, tmp, out + i, m);
     }
-    free(tmp);
+    mha__free(tmp);
     return MHA_OK;
 }
 
@@ -862,13 +859,21 @@ mha_status mha_st_tensor_to_f32(const mha_st_tensor *t, float *out, size_t n) {
 /* Writer                                                                     */
 /* ------------------------------------------------------------------------ */
 
+/* cJSON allocates through the process's malloc (or the hooks the user's
+ * program gave it) and does not say what size failed. */
+static mha_status cjson_nomem(const char *doing) {
+    return mha__fail(MHA_ERR_NOMEM,
+                     "out of memory %s the header (an allocation by cJSON failed; its size is "
+                     "cJSON's to know)", doing);
+}
+
 static mha_status add_uint(cJSON *arr, uint64_t v) {
     char num[24];
     snprintf(num, sizeof num, "%" PRIu64, v);
     cJSON *it = cJSON_CreateRaw(num); /* exact digits, never "1e+15" */
     if (!it || !cJSON_AddItemToArray(arr, it)) {
         cJSON_Delete(it);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory building the header");
+        return cjson_nomem("building");
     }
     return MHA_OK;
 }
@@ -876,7 +881,7 @@ static mha_status add_uint(cJSON *arr, uint64_t v) {
 static mha_status add_obj(cJSON *obj, const char *key, cJSON *item) {
     if (!item || !cJSON_AddItemToObject(obj, key, item)) {
         cJSON_Delete(item);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory building the header");
+        return cjson_nomem("building");
     }
     return MHA_OK;
 }
@@ -907,14 +912,14 @@ static mha_status write_all(int fd, const void *p, size_t n, const char *tmp) {
 static mha_status check_unique(const char *const *strs, size_t stride, size_t n,
                                const char *what) {
     if (n < 2) return MHA_OK;
-    const char **v = malloc(n * sizeof *v);
-    if (!v) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    const char **v = mha__alloc(n * sizeof *v);
+    if (!v) return mha__nomem("out of memory");
     for (size_t i = 0; i < n; i++) v[i] = strs[i * stride];
     qsort(v, n, sizeof *v, cmp_str);
     mha_status s = MHA_OK;
     for (size_t i = 1; i < n && s == MHA_OK; i++)
         if (strcmp(v[i - 1], v[i]) == 0) s = mha__fail(MHA_ERR_ARGUMENT, "duplicate %s '%s'", what, v[i]);
-    free(v);
+    mha__free(v);
     return s;
 }
 
@@ -925,7 +930,7 @@ static mha_status build_header(const mha_st_entry *t, size_t n, const char *cons
     *json_out = NULL;
     mha_status s = MHA_OK;
     cJSON *root = cJSON_CreateObject();
-    if (!root) return mha__fail(MHA_ERR_NOMEM, "out of memory building the header");
+    if (!root) return cjson_nomem("building");
 
     if (n_meta > 0) {
         cJSON *m = cJSON_CreateObject();
@@ -956,13 +961,13 @@ static mha_status build_header(const mha_st_entry *t, size_t n, const char *cons
             s = mha__fail(MHA_ERR_ARGUMENT, "tensor %zu: invalid name", i);
     }
     if (s == MHA_OK && n > 1) {
-        const char **names = malloc(n * sizeof *names);
+        const char **names = mha__alloc(n * sizeof *names);
         if (!names) {
-            s = mha__fail(MHA_ERR_NOMEM, "out of memory");
+            s = mha__nomem("out of memory");
         } else {
             for (size_t i = 0; i < n; i++) names[i] = t[i].name;
             s = check_unique(names, 1, n, "tensor name");
-            free(names);
+            mha__free(names);
         }
     }
 
@@ -1025,7 +1030,7 @@ static mha_status build_header(const mha_st_entry *t, size_t n, const char *cons
     }
     if (s == MHA_OK) {
         *json_out = cJSON_PrintUnformatted(root);
-        if (!*json_out) s = mha__fail(MHA_ERR_NOMEM, "out of memory printing the header");
+        if (!*json_out) s = cjson_nomem("printing");
     }
     cJSON_Delete(root);
     return s;
@@ -1042,26 +1047,26 @@ mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors, size
     if (n > SIZE_MAX / sizeof(size_t) || n_meta > SIZE_MAX / 2)
         return mha__fail(MHA_ERR_OVERFLOW, "mha_st_write_file: too many entries");
 
-    size_t *sizes = malloc((n ? n : 1) * sizeof *sizes);
-    if (!sizes) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    size_t *sizes = mha__alloc((n ? n : 1) * sizeof *sizes);
+    if (!sizes) return mha__nomem("out of memory");
     char *json = NULL;
     mha_status s = build_header(tensors, n, meta, n_meta, sizes, &json);
     if (s != MHA_OK) {
-        free(sizes);
+        mha__free(sizes);
         return s;
     }
     size_t jlen = strlen(json);
     size_t hlen = (jlen + 7u) & ~(size_t)7u;
     if (hlen < jlen || hlen > ST_MAX_HEADER) {
-        free(sizes);
+        mha__free(sizes);
         cJSON_free(json);
         return mha__fail(MHA_ERR_OVERFLOW, "header of %zu bytes exceeds the limit", jlen);
     }
-    unsigned char *head = malloc(8 + hlen);
+    unsigned char *head = mha__alloc(8 + hlen);
     if (!head) {
-        free(sizes);
+        mha__free(sizes);
         cJSON_free(json);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory");
+        return mha__nomem("out of memory");
     }
     for (int i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     memcpy(head + 8, json, jlen);
@@ -1072,10 +1077,10 @@ mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors, size
      * partial file at path */
     static atomic_uint counter;
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 64);
+    char *tmp = mha__alloc(plen + 64);
     int fd = -1;
     if (!tmp) {
-        s = mha__fail(MHA_ERR_NOMEM, "out of memory");
+        s = mha__nomem("out of memory");
         goto out;
     }
     for (int attempt = 0; attempt < 100; attempt++) {
@@ -1102,8 +1107,8 @@ mha_status mha_st_write_file(const char *path, const mha_st_entry *tensors, size
     if (s != MHA_OK) unlink(tmp);
 
 out:
-    free(tmp);
-    free(head);
-    free(sizes);
+    mha__free(tmp);
+    mha__free(head);
+    mha__free(sizes);
     return s;
 }

@@ -13,6 +13,7 @@
  * splits depend on the thread count) never runs. The library sets no
  * environment variable: a user's OPENBLAS_CORETYPE or ONEDNN_MAX_CPU_ISA is
  * the backend's business. */
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #include "common/common.h"
 #include "kernels.h"
 
@@ -27,7 +28,10 @@
 #endif
 #if defined(MHA_HAVE_OPENBLAS)
 #include <dlfcn.h>
+#include <sched.h>
 #endif
+#include <stdatomic.h>
+#include <sys/mman.h>
 #if defined(MHA_HAVE_OPENMP)
 #include <omp.h>
 #endif
@@ -37,7 +41,7 @@ static inline float at(const float *X, int64_t ld, bool trans, int64_t i, int64_
     return trans ? X[j * ld + i] : X[i * ld + j];
 }
 
-void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+bool mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *A, int64_t lda, const float *B,
                     int64_t ldb, float beta, float *C, int64_t ldc) {
     for (int64_t i = 0; i < M; i++) {
@@ -49,6 +53,7 @@ void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
             *c = (beta == 0.0f) ? alpha * acc : alpha * acc + beta * *c;
         }
     }
+    return true;
 }
 
 /* Portable blocked kernel for builds without BLAS: the inner loop is an
@@ -89,7 +94,25 @@ static struct {
                   float, float *, int);
 #endif
 } backend;
-static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
+/* Loaded once, under a lock rather than pthread_once, because a load that
+ * fails for lack of memory (OpenBLAS) is tried again at the next call. */
+static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool backend_loaded;
+
+/* Whether `bytes` of address space can be mapped now: mapped PROT_NONE
+ * (nothing touched, nothing committed) and unmapped again. For backends
+ * that cannot fail cleanly themselves (below). */
+static inline bool probe_address_space(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, bytes);
+    return true;
+}
+
+/* What one backend call did: computed the tile, failed for lack of memory
+ * (C untouched or partly written: the caller fails the whole GEMM), or
+ * cannot take these arguments (the builtin kernel then runs). */
+typedef enum { BACKEND_DONE, BACKEND_NOMEM, BACKEND_CANNOT } backend_result;
 
 #if defined(MHA_HAVE_ONEDNN)
 void mha__sgemm_backend_cap_avx2(void) {
@@ -112,17 +135,49 @@ static const char *onednn_isa(dnnl_cpu_isa_t isa) {
     }
 }
 
-static void load_backend(void) {
+/* oneDNN sizes its packing buffers itself and does not say; they hold
+ * (blocks of) A and B, so the product's operands are the estimate. */
+static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
+    snprintf(buf, cap, "about %.0f bytes of oneDNN's packing buffers",
+             ((double)M * (double)K + (double)K * (double)N) * (double)sizeof(float));
+}
+/* oneDNN reports a failed allocation inside a call (dnnl_out_of_memory),
+ * but not in its one-time set-up at the first call (JIT-generated kernels,
+ * Debian 12's 2.6.3): under an address-space limit that leaves it a few
+ * MiB too few, it crashes there (SIGSEGV in __itt_pt_write, seen under
+ * ulimit -v 46000..50000 with a tiny module). So before the first call mha
+ * maps MHA_ONEDNN_SETUP_BYTES (PROT_NONE, untouched) and unmaps it again:
+ * when that fails, the GEMM fails with MHA_ERR_NOMEM instead. A guard, not
+ * a guarantee (mha.h). */
+#define MHA_ONEDNN_SETUP_BYTES ((size_t)8 << 20)
+static atomic_bool onednn_set_up;
+
+static size_t backend_reserve(int callers) {
+    (void)callers;
+    if (atomic_load(&onednn_set_up)) return 0;
+    if (!probe_address_space(MHA_ONEDNN_SETUP_BYTES)) return MHA_ONEDNN_SETUP_BYTES;
+    atomic_store(&onednn_set_up, true);
+    return 0;
+}
+
+static bool load_backend(void) {
     const dnnl_version_t *v = dnnl_version();
     snprintf(backend.name, sizeof backend.name, "onednn %d.%d.%d (%s)", v->major, v->minor,
              v->patch, onednn_isa(dnnl_get_effective_cpu_isa()));
+    return true;
 }
 
-static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                         float beta, float *C, int64_t ldc) {
-    return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
-                      beta, C, ldc) == dnnl_success;
+static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
+    /* dnnl_sgemm allocates its packing buffers per call and says so when it
+     * cannot (dnnl_out_of_memory); that is the caller's MHA_ERR_NOMEM. */
+    switch (dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+                       beta, C, ldc)) {
+    case dnnl_success: return BACKEND_DONE;
+    case dnnl_out_of_memory: return BACKEND_NOMEM;
+    default: return BACKEND_CANNOT;
+    }
 }
 
 #elif defined(MHA_HAVE_OPENBLAS)
@@ -134,8 +189,82 @@ enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
 void mha__sgemm_backend_cap_avx2(void) {} /* OpenBLAS takes no such order */
 
-static void load_backend(void) {
+/* OpenBLAS cannot fail: its buffer allocator (blas_memory_alloc, 0.3.21 as
+ * Debian 12 ships it) retries a failed allocation forever (both threads of
+ * the issue's `mha run` sat there under ulimit -v 200000). Every call of
+ * cblas_sgemm takes one buffer from a pool and gives it back; a buffer is
+ * allocated the first time more calls run at once than the pool holds, and
+ * stays allocated (gdb: malloc(BUFFER_SIZE + 4096) = 134221824 bytes in
+ * blas_memory_alloc; strace: three such mappings for `mha run --threads 2`
+ * on 2 CPUs). Worse, Debian's default libopenblas.so.0 (the pthreads build)
+ * starts a server thread per CPU but one when it is loaded, and each takes a
+ * buffer as it starts: under a limit one of them spins there, and exit()
+ * then waits for it forever (OpenBLAS's destructor joins its threads), even
+ * after mha has reported the error. So before loading OpenBLAS mha probes
+ * room for those threads' buffers (and loads it at a later call when there
+ * is none), and before a GEMM on `callers` threads, when more run at once
+ * than ever before, it maps (PROT_NONE, nothing touched) that many more
+ * buffers and unmaps them again: if a probe fails, the GEMM fails with
+ * MHA_ERR_NOMEM instead of spinning in OpenBLAS. The limit of this: another
+ * thread of the process could take the space between the probe and
+ * OpenBLAS's own allocation, and other users of OpenBLAS in the process take
+ * buffers mha does not count (mha.h). A thread's first malloc of that size
+ * also makes glibc reserve a malloc arena for the thread (2 x HEAP_MAX_SIZE
+ * = 128 MiB of address space while it aligns it; a worker hung there in
+ * _int_new_arena under ulimit -v 580000), so each thread counts both. */
+#define MHA_OPENBLAS_BUFFER_BYTES (((size_t)128u << 20) + 4096u + ((size_t)128u << 20))
+static atomic_int openblas_buffers; /* buffers mha's calls have made OpenBLAS allocate */
+
+static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K;
+    snprintf(buf, cap, "OpenBLAS's buffer and a malloc arena, %zu bytes per calling thread",
+             MHA_OPENBLAS_BUFFER_BYTES);
+}
+
+static bool load_backend(void);
+static size_t openblas_load_bytes;  /* what the last load could not reserve (0: none) */
+
+static size_t backend_reserve(int callers) {
+    mha__sgemm_backend_name(); /* loads it */
+    if (!atomic_load(&backend_loaded)) return openblas_load_bytes;
+    if (!backend.sgemm) return 0; /* not loadable: the builtin kernel runs */
+    int have = atomic_load(&openblas_buffers);
+    if (callers <= have) return 0;
+    const size_t bytes = (size_t)(callers - have) * MHA_OPENBLAS_BUFFER_BYTES;
+    if (!probe_address_space(bytes)) return bytes;
+    while (have < callers && !atomic_compare_exchange_weak(&openblas_buffers, &have, callers)) {
+    }
+    return 0;
+}
+
+/* The threads OpenBLAS starts when loaded: its blas_get_cpu_number()
+ * (OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS, OMP_NUM_THREADS, else the CPUs
+ * this process may run on), less the caller's. */
+static int openblas_server_threads(void) {
+    static const char *const vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                       "OMP_NUM_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *e = getenv(vars[i]);
+        const int n = e ? atoi(e) : 0;
+        if (n > 0) return n - 1;
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set) - 1;
+    return 0;
+}
+
+/* false: no room for OpenBLAS's start (its threads' buffers, or its code):
+ * tried again at the next call. */
+static bool load_backend(void) {
+    openblas_load_bytes = (size_t)(openblas_server_threads() + 1) * MHA_OPENBLAS_BUFFER_BYTES;
+    if (!probe_address_space(openblas_load_bytes)) return false;
     void *h = dlopen(MHA_OPENBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        if (why && (strstr(why, "map segment") || strstr(why, "allocate memory")))
+            return false; /* out of memory mapping it, not absent */
+    }
     if (h) {
         void *sgemm = dlsym(h, "cblas_sgemm");
         void (*set_threads)(int) = (void (*)(int))(uintptr_t)dlsym(h, "openblas_set_num_threads");
@@ -146,51 +275,77 @@ static void load_backend(void) {
                                       const float *, int, float, float *, int))(uintptr_t)sgemm;
             snprintf(backend.name, sizeof backend.name, "openblas (%s)",
                      corename ? corename() : "?");
-            return;
+            return true;
         }
         dlclose(h);
     }
     snprintf(backend.name, sizeof backend.name, "builtin (%s not loadable)",
              MHA_OPENBLAS_SONAME);
+    return true;
 }
 
-static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                         float beta, float *C, int64_t ldc) {
+static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
     if (!backend.sgemm || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX ||
         ldb > INT32_MAX || ldc > INT32_MAX)
-        return false;
+        return BACKEND_CANNOT;
     backend.sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
                   trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)M, (int)N, (int)K, alpha, A,
                   (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    return true;
+    return BACKEND_DONE;
 }
 
 #else
 void mha__sgemm_backend_cap_avx2(void) {}
 
-static void load_backend(void) { snprintf(backend.name, sizeof backend.name, "builtin"); }
+static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
+    (void)M, (void)N, (void)K; /* the builtin kernel allocates nothing: the test hook */
+    snprintf(buf, cap, "0 bytes: an injected failure");
+}
+static size_t backend_reserve(int callers) { (void)callers; return 0; }
 
-static bool call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                         float beta, float *C, int64_t ldc) {
+static bool load_backend(void) {
+    snprintf(backend.name, sizeof backend.name, "builtin");
+    return true;
+}
+
+static backend_result call_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc) {
     (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
     (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
-    return false;
+    return BACKEND_CANNOT;
 }
 #endif
 
 const char *mha__sgemm_backend_name(void) {
-    pthread_once(&backend_once, load_backend);
+    if (!atomic_load(&backend_loaded)) {
+        pthread_mutex_lock(&backend_lock);
+        if (!atomic_load(&backend_loaded)) {
+            if (load_backend()) atomic_store(&backend_loaded, true);
+            else snprintf(backend.name, sizeof backend.name, "openblas (not loaded: out of memory)");
+        }
+        pthread_mutex_unlock(&backend_lock);
+    }
     return backend.name;
 }
 
-void mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+bool mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                         float beta, float *C, int64_t ldc) {
-    pthread_once(&backend_once, load_backend);
-    if (!call_backend(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-        sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    mha__sgemm_backend_name(); /* loads it */
+    if (!atomic_load(&backend_loaded)) return false; /* no room to load it */
+    /* The backend allocates on every call: for the test hook (common.h) a
+     * call is one allocation, so that the tests walk this failure too. */
+    if (mha__alloc_inject()) return false;
+    switch (call_backend(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) {
+    case BACKEND_DONE: return true;
+    case BACKEND_NOMEM: return false;
+    case BACKEND_CANNOT: break;
+    }
+    sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return true;
 }
 
 /* ---- tiles ------------------------------------------------------------------- */
@@ -270,7 +425,7 @@ static void epilogue(const mha__kernels *k, const mha__gemm_epilogue *e, int64_t
 
 /* Tile t: rows [r0, r1), columns [c0, c1) of C = alpha op(A) op(B) + beta C
  * (+ bias: written into C first, then accumulated into with beta = 1). */
-static void run_tile(const gemm_job *j, int64_t t) {
+static bool run_tile(const gemm_job *j, int64_t t) {
     const int64_t r0 = (t / j->p.nn) * j->p.mb, c0 = (t % j->p.nn) * j->p.nb;
     const int64_t m = j->M - r0 < j->p.mb ? j->M - r0 : j->p.mb;
     const int64_t n = j->N - c0 < j->p.nb ? j->N - c0 : j->p.nb;
@@ -283,8 +438,9 @@ static void run_tile(const gemm_job *j, int64_t t) {
         beta = 1.0f;
     }
     if (j->K > 0) {
-        j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta, c,
-                   j->ldc);
+        if (!j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta,
+                        c, j->ldc))
+            return false;
     } else {
         for (int64_t i = 0; i < m; i++) /* K == 0: C = beta C, as BLAS defines it */
             for (int64_t q = 0; q < n; q++) {
@@ -293,6 +449,7 @@ static void run_tile(const gemm_job *j, int64_t t) {
             }
     }
     if (j->epi) epilogue(j->k, j->epi, r0, c0, m, n, c, j->ldc);
+    return true;
 }
 
 /* ---- one row: GEMV --------------------------------------------------------- */
@@ -325,60 +482,95 @@ static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *
     }
 }
 
-static void sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc, const float *bias, const mha__gemm_epilogue *epi) {
-    if (M <= 0 || N <= 0) return;
+/* MHA_ERR_NOMEM for an M x N x K product, set on the calling thread (the
+ * detail is per thread): what names the memory that was not there. */
+static mha_status gemm_nomem(const char *what, int64_t M, int64_t N, int64_t K) {
+    return mha__fail(MHA_ERR_NOMEM,
+                     "out of memory in the GEMM backend (%s) on a %lld x %lld x %lld product "
+                     "(%s)",
+                     mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K, what);
+}
+
+/* A backend call failed. */
+static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
+    if (!failed) return MHA_OK;
+    char what[96];
+    backend_buffers(what, sizeof what, M, N, K);
+    return gemm_nomem(what, M, N, K);
+}
+
+/* The backend was not called: the address space it would need is not there. */
+static mha_status reserve_status(size_t bytes, int64_t M, int64_t N, int64_t K) {
+    char what[96];
+    snprintf(what, sizeof what, "could not reserve the %zu bytes it needs first", bytes);
+    return gemm_nomem(what, M, N, K);
+}
+
+static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              float alpha, const float *A, int64_t lda, const float *B,
+                              int64_t ldb, float beta, float *C, int64_t ldc, const float *bias,
+                              const mha__gemm_epilogue *epi) {
+    if (M <= 0 || N <= 0) return MHA_OK;
     if (M == 1 && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || bias) && K > 0) {
         gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C, epi);
-        return;
+        return MHA_OK;
     }
     gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
                   lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1), epi};
     const int64_t ntiles = j.p.nm * j.p.nn;
+    bool failed = false; /* a backend call ran out of memory: C is then unspecified */
+    const bool on_backend = j.k->gemm == mha__sgemm_backend && K > 0;
 #if defined(MHA_HAVE_OPENMP)
     if (ntiles > 1 && !omp_in_parallel()) {
         const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
-#pragma omp parallel num_threads(nt)
+        const size_t short_of = on_backend ? backend_reserve(nt) : 0;
+        if (short_of) return reserve_status(short_of, M, N, K);
+#pragma omp parallel num_threads(nt) reduction(|| : failed)
         {
             /* The backend must not start threads of its own: oneDNN reads
              * this thread's OpenMP setting (the setting lives and dies with
              * this parallel region's implicit task). */
             omp_set_num_threads(1);
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+            for (int64_t t = 0; t < ntiles; t++)
+                if (!failed && !run_tile(&j, t)) failed = true;
         }
-        return;
+        return gemm_status(failed, M, N, K);
     }
     if (!omp_in_parallel()) {
+        const size_t short_of = on_backend ? backend_reserve(1) : 0;
+        if (short_of) return reserve_status(short_of, M, N, K);
         /* One tile on the calling thread: a one-thread team so that the
          * backend's thread setting can be changed without touching the
          * caller's. */
-#pragma omp parallel num_threads(1)
+#pragma omp parallel num_threads(1) reduction(|| : failed)
         {
             omp_set_num_threads(1);
-            for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+            for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
         }
-        return;
+        return gemm_status(failed, M, N, K);
     }
 #endif
-    for (int64_t t = 0; t < ntiles; t++) run_tile(&j, t);
+    const size_t short_of = on_backend ? backend_reserve(1) : 0;
+    if (short_of) return reserve_status(short_of, M, N, K);
+    for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
+    return gemm_status(failed, M, N, K);
 }
 
-void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                float alpha, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float beta, float *C, int64_t ldc) {
-    sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+mha_status mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc) {
+    return sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
 }
 
-void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
-                     int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
-                     int64_t ldc) {
-    sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, NULL);
+mha_status mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t lda, const float *B, int64_t ldb,
+                           const float *bias, float *C, int64_t ldc) {
+    return sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, NULL);
 }
 
-void mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                         const float *B, int64_t ldb, float *C, int64_t ldc,
-                         const mha__gemm_epilogue *epi) {
-    sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, NULL, epi);
+mha_status mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                               const float *B, int64_t ldb, float *C, int64_t ldc,
+                               const mha__gemm_epilogue *epi) {
+    return sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, NULL, epi);
 }

@@ -6,6 +6,7 @@
 #ifndef MHA_KERNELS_H
 #define MHA_KERNELS_H
 
+#include "common/common.h"
 #include "mha.h"
 
 #include <stdbool.h>
@@ -27,23 +28,29 @@ typedef enum { MHA_ISA_REF = 0, MHA_ISA_AVX2 = 1, MHA_ISA_AVX512 = 2, MHA_ISA_CO
  * of the active table's gemm (the backend, or the reference loops), tiles
  * dealt to OpenMP threads: every element of C gets the same bits whatever
  * the thread count. Call it outside OpenMP parallel regions (inside one it
- * runs on the calling thread alone, with the same tiles). */
-void mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                float alpha, const float *A, int64_t lda, const float *B,
-                int64_t ldb, float beta, float *C, int64_t ldc);
+ * runs on the calling thread alone, with the same tiles). MHA_OK, or
+ * MHA_ERR_NOMEM when the backend could not get its buffers (oneDNN says so;
+ * OpenBLAS, which would retry forever, is probed first: gemm.c); C is then
+ * unspecified. Never anything else. */
+MHA_NODISCARD mha_status mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                    int64_t K, float alpha, const float *A, int64_t lda,
+                                    const float *B, int64_t ldb, float beta, float *C,
+                                    int64_t ldc);
 /* C (M, N) = op(A) op(B) + bias, bias (N) broadcast over the rows (NULL:
  * none). The bias is written first and accumulated into, saving a pass. */
-void mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                     const float *A, int64_t lda, const float *B, int64_t ldb,
-                     const float *bias, float *C, int64_t ldc);
+MHA_NODISCARD mha_status mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                         int64_t K, const float *A, int64_t lda,
+                                         const float *B, int64_t ldb, const float *bias,
+                                         float *C, int64_t ldc);
 /* The portable reference (plain loops, single thread). */
-void mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N,
+bool mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N,
                     int64_t K, float alpha, const float *A, int64_t lda,
                     const float *B, int64_t ldb, float beta, float *C,
                     int64_t ldc);
 /* The GEMM backend of this build on one thread: oneDNN, OpenBLAS (loaded at
- * first use) or the builtin kernel; the fast tables' gemm. */
-void mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+ * first use) or the builtin kernel; the fast tables' gemm. false: out of
+ * memory (the reference loops never fail). */
+bool mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                         float alpha, const float *A, int64_t lda, const float *B,
                         int64_t ldb, float beta, float *C, int64_t ldc);
 /* What mha__sgemm_backend runs, e.g. "onednn 2.6.3 (avx2)", "openblas
@@ -289,9 +296,9 @@ typedef struct {
     int64_t ldx;
     mha__keep_view keep;  /* RESIDUAL: dropout, or .bits NULL */
 } mha__gemm_epilogue;
-void mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                         const float *B, int64_t ldb, float *C, int64_t ldc,
-                         const mha__gemm_epilogue *epi);
+MHA_NODISCARD mha_status mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A,
+                                             int64_t lda, const float *B, int64_t ldb, float *C,
+                                             int64_t ldc, const mha__gemm_epilogue *epi);
 
 /* ---- The dispatch table -------------------------------------------------
  * One table per ISA (BLIS's context pattern): the reference table holds the
@@ -300,8 +307,9 @@ void mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_
  * once in common/ and MHA_ISA read once; every caller then takes its kernels
  * from mha__kernels_active(). Nothing else tests the CPU or the ISA. */
 
-/* One GEMM on one thread (mha__sgemm's contract, alpha/beta form). */
-typedef void (*mha__gemm_fn)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+/* One GEMM on one thread (mha__sgemm's contract, alpha/beta form); false
+ * when the backend ran out of memory. */
+typedef bool (*mha__gemm_fn)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                              float alpha, const float *A, int64_t lda, const float *B,
                              int64_t ldb, float beta, float *C, int64_t ldc);
 

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #if defined(MHA_HAVE_OPENMP)
@@ -41,7 +42,7 @@ struct mha_tape {
 mha_status mha_tape_create(mha_tape **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
     *out = mha__calloc(sizeof **out);
-    return *out ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory creating a tape");
+    return *out ? MHA_OK : mha__nomem("out of memory creating a tape");
 }
 
 void mha_tape_free(mha_tape *t) {
@@ -72,7 +73,7 @@ static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__atte
         return mha__fail(MHA_ERR_OVERFLOW, "tape size overflows");
     if (t->cap < total) {
         void *buf = mha__alloc(total);
-        if (!buf) return mha__fail(MHA_ERR_NOMEM, "out of memory growing the tape to %zu bytes", total);
+        if (!buf) return mha__nomem("out of memory growing the tape to %zu bytes", total);
         mha__free(t->buf);
         t->buf = buf;
         t->cap = total;
@@ -89,6 +90,8 @@ static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__atte
 mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                                    const mha_forward_opts *opts, mha_tape *tape, void *workspace,
                                    size_t workspace_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
     tape->m = NULL;
     mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
@@ -102,7 +105,7 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
     if ((st = mha__module_workspace(m, need, &workspace, &workspace_size, "forward")) != MHA_OK)
         return st;
 
-    mha__module_project(m, tape->qkv, x, B, T);
+    if ((st = mha__module_project(m, tape->qkv, x, B, T)) != MHA_OK) return st;
     d.qkv = tape->qkv;
     d.o = tape->ctx;
     d.ldo = m->W;
@@ -110,9 +113,9 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
     if ((st = mha__attention_forward(&d, workspace, workspace_size)) != MHA_OK) return st;
 
     const int64_t rows = B * T;
-    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION)
-        mha__module_out_proj(m, y, tape->ctx, m->W, rows);
-    else
+    if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION) {
+        if ((st = mha__module_out_proj(m, y, tape->ctx, m->W, rows)) != MHA_OK) return st;
+    } else
         memcpy(y, tape->ctx, (size_t)rows * (size_t)m->W * sizeof(float));
 
     tape->m = m;
@@ -238,8 +241,18 @@ static mha_status attention_slice(const mha__attention_desc *d, int64_t b0, int6
     return mha__attention_backward(&s, dctx + b0 * T * ld_dctx, ld_dctx, dqkv, ws, ws_size);
 }
 
+/* A GEMM of the backward ran out of memory after the gradients or the tape
+ * had been written to: both are unspecified now, so the tape is consumed
+ * (mha.h: zero the gradients and record the forward again). */
+static mha_status backward_failed(mha_tape *tape, mha_status st) {
+    tape->m = NULL;
+    return st;
+}
+
 mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const float *x,
                                const float *dy, void *workspace, size_t workspace_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !tape || !x || !dy) return mha__fail(MHA_ERR_ARGUMENT, "module, tape, x or dy is NULL");
     if (tape->m != m || memcmp(&tape->cfg, &m->cfg, sizeof m->cfg) != 0)
         return mha__fail(MHA_ERR_ARGUMENT,
@@ -279,13 +292,18 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         float *gw_out = g + (m->w_out - m->arena), *gb_out = g + (m->b_out - m->arena);
         float *delta = (float *)(void *)(ws + L.dctx);
         float *blocks = (float *)(void *)(ws + L.dctx + mha__align64((size_t)(rows * m->H) * sizeof(float)));
-        mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W);
+        if ((st = mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W)) !=
+            MHA_OK)
+            return backward_failed(tape, st);
         mha__colsum_acc(gb_out, dy, rows, W, W);
+        bool failed = false;
+        char failure[512]; /* the failing thread's detail (details are per thread) */
         const int64_t nblk = (rows + MHA_DCTX_ROWS - 1) / MHA_DCTX_ROWS, H = m->H, HD = m->HD;
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) reduction(|| : failed)
 #endif
         for (int64_t blk = 0; blk < nblk; blk++) {
+            if (failed) continue;
             int tid = 0;
 #if defined(MHA_HAVE_OPENMP)
             tid = omp_get_thread_num();
@@ -293,7 +311,15 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
             const int64_t r0 = blk * MHA_DCTX_ROWS;
             const int64_t n = rows - r0 < MHA_DCTX_ROWS ? rows - r0 : MHA_DCTX_ROWS;
             float *dc = blocks + (size_t)tid * MHA_DCTX_ROWS * (size_t)W;
-            mha__sgemm(false, false, n, W, W, 1.0f, dy + r0 * W, W, m->w_out, W, 0.0f, dc, W);
+            if (mha__sgemm(false, false, n, W, W, 1.0f, dy + r0 * W, W, m->w_out, W, 0.0f, dc, W) !=
+                MHA_OK) {
+                failed = true;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp critical /* unnamed: a named one is an exported symbol */
+#endif
+                snprintf(failure, sizeof failure, "%s", mha_last_error());
+                continue;
+            }
             for (int64_t r = 0; r < n; r++) {
                 const int64_t b = (r0 + r) / T, t = (r0 + r) % T;
                 float *o = tape->ctx + (r0 + r) * W;
@@ -302,6 +328,8 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
                 memcpy(o, dc + r * W, (size_t)W * sizeof(float));
             }
         }
+        if (failed)
+            return backward_failed(tape, mha__fail(MHA_ERR_NOMEM, "%s", failure));
         dctx = tape->ctx;
         d.delta = delta;
     }
@@ -316,24 +344,30 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
     for (int64_t b0 = 0; b0 < B; b0 += L.nb) {
         const int64_t nb = B - b0 < L.nb ? B - b0 : L.nb, r0 = b0 * T, n = nb * T;
         st = attention_slice(&d, b0, nb, dctx, W, dqkv, ws + L.attn, workspace_size - L.attn);
-        if (st != MHA_OK) return st;
+        if (st != MHA_OK) return backward_failed(tape, st);
         const float *xs = x + r0 * Din;
         float *dxs = dx ? dx + r0 * Din : NULL;
         if (c->kind == MHA_SELF_ATTENTION_V1) {
             /* q = x @ W_query with W (D_in, D_out), likewise k, v */
             for (int r = 0; r < 3; r++) {
                 const float *w = m->w_qkv + r * Din * Dout;
-                mha__sgemm(true, false, Din, Dout, n, 1.0f, xs, Din, dqkv + r * Dout, P, 1.0f,
-                           gw_qkv + r * Din * Dout, Dout);
-                if (dxs)
-                    mha__sgemm(false, true, n, Din, Dout, 1.0f, dqkv + r * Dout, P, w, Dout,
-                               r ? 1.0f : 0.0f, dxs, Din);
+                st = mha__sgemm(true, false, Din, Dout, n, 1.0f, xs, Din, dqkv + r * Dout, P, 1.0f,
+                                gw_qkv + r * Din * Dout, Dout);
+                if (st == MHA_OK && dxs)
+                    st = mha__sgemm(false, true, n, Din, Dout, 1.0f, dqkv + r * Dout, P, w, Dout,
+                                    r ? 1.0f : 0.0f, dxs, Din);
+                if (st != MHA_OK) return backward_failed(tape, st);
             }
             continue;
         }
-        mha__sgemm(true, false, P, Din, n, 1.0f, dqkv, P, xs, Din, 1.0f, gw_qkv, Din);
+        if ((st = mha__sgemm(true, false, P, Din, n, 1.0f, dqkv, P, xs, Din, 1.0f, gw_qkv, Din)) !=
+            MHA_OK)
+            return backward_failed(tape, st);
         if (gb_qkv) colsum_f64(sums, dqkv, n, P, P);
-        if (dxs) mha__sgemm(false, false, n, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dxs, Din);
+        if (dxs &&
+            (st = mha__sgemm(false, false, n, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dxs, Din)) !=
+                MHA_OK)
+            return backward_failed(tape, st);
     }
     if (gb_qkv) sums_flush(gb_qkv, sums, P);
     tape->m = NULL; /* consumed */
@@ -362,7 +396,7 @@ mha_status mha_simple_attention_backward(float *dx, const float *x, const float 
             return mha__fail(MHA_ERR_NONFINITE, "%s holds a non-finite value at element %zu",
                              isfinite(x[i]) ? "dcontext" : "x", i);
     double *A = mha__alloc(bytes), *dS = A + (size_t)T * (size_t)T;
-    if (!A) return mha__fail(MHA_ERR_NOMEM, "out of memory (%zu bytes)", bytes);
+    if (!A) return mha__nomem("out of memory (%zu bytes)", bytes);
     for (int64_t i = 0; i < T; i++) {
         double *a = A + i * T, mx = -INFINITY, sum = 0.0;
         for (int64_t j = 0; j < T; j++) {

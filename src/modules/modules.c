@@ -199,7 +199,7 @@ mha_status mha_module_create(const mha_config *cfg, mha_module **out) {
     if (st != MHA_OK) return st;
 
     mha_module *m = mha__calloc(sizeof *m);
-    if (!m) return mha__fail(MHA_ERR_NOMEM, "out of memory creating module");
+    if (!m) return mha__nomem("out of memory creating module");
     m->cfg = normalise(cfg);
     const mha_config *c = &m->cfg;
     m->H = has_heads(c->kind) ? c->num_heads : 1;
@@ -212,8 +212,9 @@ mha_status mha_module_create(const mha_config *cfg, mha_module **out) {
     m->params = mha__calloc(max_params * sizeof(mha_param));
     m->names = mha__calloc(max_params * 40u);
     if (!m->arena || !m->params || !m->names) {
+        const size_t n = m->arena_floats; /* read before the free (it was read after) */
         mha_module_free(m);
-        return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu parameters", m->arena_floats);
+        return mha__nomem("out of memory allocating %zu parameters", n);
     }
     float *at = m->arena;
     m->w_qkv = at;
@@ -320,7 +321,7 @@ float *mha__module_grad_arena(mha_module *m) {
     if (!m->grad) {
         m->grad = mha__calloc(m->arena_floats * sizeof(float));
         if (!m->grad)
-            mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu gradient floats", m->arena_floats);
+            mha__nomem("out of memory allocating %zu gradient floats", m->arena_floats);
     }
     return m->grad;
 }
@@ -394,18 +395,21 @@ mha_status mha__module_check_input(const mha_module *m, const float *x, int64_t 
     return MHA_OK;
 }
 
-void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B, int64_t T) {
+mha_status mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B,
+                               int64_t T) {
     const mha_config *c = &m->cfg;
     const int64_t rows = B * T, Din = c->d_in, Dout = c->d_out;
     if (c->kind == MHA_SELF_ATTENTION_V1) {
         /* x @ W_query etc.: W is (D_in, D_out) */
-        for (int r = 0; r < 3; r++)
-            mha__sgemm(false, false, rows, Dout, Din, 1.0f, x, Din, m->w_qkv + r * Din * Dout, Dout,
-                       0.0f, qkv + r * Dout, m->P);
-        return;
+        for (int r = 0; r < 3; r++) {
+            mha_status st = mha__sgemm(false, false, rows, Dout, Din, 1.0f, x, Din,
+                                       m->w_qkv + r * Din * Dout, Dout, 0.0f, qkv + r * Dout, m->P);
+            if (st != MHA_OK) return st;
+        }
+        return MHA_OK;
     }
     /* One GEMM over the stacked weights: (rows, D_in) x (P, D_in)^T + b. */
-    mha__sgemm_bias(false, true, rows, m->P, Din, x, Din, m->w_qkv, Din, m->b_qkv, qkv, m->P);
+    return mha__sgemm_bias(false, true, rows, m->P, Din, x, Din, m->w_qkv, Din, m->b_qkv, qkv, m->P);
 }
 
 /* Workspace layout: [qkv (B*T, P)] [attention]. MultiHeadAttention's
@@ -494,7 +498,7 @@ mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
     }
     if (m->ws_size < need) {
         void *ws = mha__alloc(need);
-        if (!ws) return mha__fail(MHA_ERR_NOMEM, "out of memory allocating %zu bytes of workspace", need);
+        if (!ws) return mha__nomem("out of memory allocating %zu bytes of workspace", need);
         mha__free(m->ws);
         m->ws = ws;
         m->ws_size = need;
@@ -504,15 +508,17 @@ mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
     return MHA_OK;
 }
 
-void mha__module_out_proj(const mha_module *m, float *y, const float *ctx, int64_t ld_ctx,
-                          int64_t rows) {
+mha_status mha__module_out_proj(const mha_module *m, float *y, const float *ctx, int64_t ld_ctx,
+                                int64_t rows) {
     const int64_t Dout = m->cfg.d_out;
-    mha__sgemm_bias(false, true, rows, Dout, Dout, ctx, ld_ctx, m->w_out, Dout, m->b_out, y, Dout);
+    return mha__sgemm_bias(false, true, rows, Dout, Dout, ctx, ld_ctx, m->w_out, Dout, m->b_out, y, Dout);
 }
 
 mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                                  const mha_forward_opts *opts, void *workspace,
                                  size_t workspace_size) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
     if (st != MHA_OK) return st;
     ws_layout L;
@@ -525,7 +531,8 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
     float *qkv = (float *)(void *)(ws + L.qkv);
     const bool mha = m->cfg.kind == MHA_MULTI_HEAD_ATTENTION;
 
-    mha__module_project(m, qkv, x, B, T);
+    st = mha__module_project(m, qkv, x, B, T);
+    if (st != MHA_OK) return st;
 
     mha__attention_desc d;
     mha__module_attention_desc(m, &d, B, T, opts);
@@ -539,6 +546,5 @@ mha_status mha_module_forward_ex(mha_module *m, float *y, const float *x, int64_
     st = mha__attention_forward(&d, ws + L.attn, workspace_size - L.attn);
     if (st != MHA_OK) return st;
 
-    if (mha) mha__module_out_proj(m, y, qkv, m->P, B * T);
-    return MHA_OK;
+    return mha ? mha__module_out_proj(m, y, qkv, m->P, B * T) : MHA_OK;
 }

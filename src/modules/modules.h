@@ -43,8 +43,10 @@ mha_status mha__module_check_input(const mha_module *m, const float *x, int64_t 
  * when it cannot be. */
 float *mha__module_grad_arena(mha_module *m);
 
-/* qkv (B*T, P) = x W_qkv^T + b_qkv (x @ W for v1). */
-void mha__module_project(const mha_module *m, float *qkv, const float *x, int64_t B, int64_t T);
+/* qkv (B*T, P) = x W_qkv^T + b_qkv (x @ W for v1). MHA_ERR_NOMEM when the
+ * GEMM backend runs out of memory. */
+MHA_NODISCARD mha_status mha__module_project(const mha_module *m, float *qkv, const float *x,
+                                             int64_t B, int64_t T);
 
 /* The attention layer's description for a forward of (B, T) under opts
  * (NULL: eval); the buffers (qkv, o, lse, keep_bits) are the caller's to set. */
@@ -65,8 +67,9 @@ mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
  * over threads, never rows). Also the GPT backward's (gpt_backward.c). */
 void mha__colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda);
 
-/* MultiHeadAttention's out_proj: y (rows, D_out) = ctx W_out^T + b_out. */
-void mha__module_out_proj(const mha_module *m, float *y, const float *ctx, int64_t ld_ctx,
-                          int64_t rows);
+/* MultiHeadAttention's out_proj: y (rows, D_out) = ctx W_out^T + b_out
+ * (MHA_ERR_NOMEM as above). */
+MHA_NODISCARD mha_status mha__module_out_proj(const mha_module *m, float *y, const float *ctx,
+                                              int64_t ld_ctx, int64_t rows);
 
 #endif

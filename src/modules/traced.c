@@ -30,7 +30,7 @@ mha_status mha_simple_attention_forward(float *context, float *weights, const fl
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return mha__fail(MHA_ERR_NONFINITE, "input x holds a non-finite value at %lld", (long long)i);
     float *row = mha__alloc((size_t)T * sizeof(float));
-    if (!row) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    if (!row) return mha__nomem("out of memory");
     for (int64_t i = 0; i < T; i++) {
         for (int64_t j = 0; j < T; j++) {
             float dot = 0.0f;
@@ -57,6 +57,8 @@ static void emit(mha_trace_fn fn, void *user, const char *step, const char *expr
 
 mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, int64_t B, int64_t T,
                                      mha_generator *dropout_rng, mha_trace_fn fn, void *user) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "module, y or x is NULL");
     const mha_config *c = &m->cfg;
     if (c->kind != MHA_MULTI_HEAD_ATTENTION)
@@ -73,12 +75,16 @@ mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, in
     /* qkv, q/k/v transposed (3 x act), scores (tt), ctx (b,h,t,hd), ctx2 */
     total = (size_t)(B * T) * (size_t)m->P + 3 * n_act + tt + 2 * n_act + big;
     float *buf = mha__alloc(total * sizeof(float));
-    if (!buf) return mha__fail(MHA_ERR_NOMEM, "out of memory for the traced forward");
+    if (!buf) return mha__nomem("out of memory for the traced forward");
     float *qkv = buf, *qt = qkv + (size_t)(B * T) * (size_t)m->P, *kt = qt + n_act, *vt = kt + n_act;
     float *S = vt + n_act, *ctx = S + tt, *ctx2 = ctx + n_act, *tmp = ctx2 + n_act;
 
     emit(fn, user, "input", "x", 3, B, T, Din, 0, x);
-    mha__module_project(m, qkv, x, B, T);
+    st = mha__module_project(m, qkv, x, B, T);
+    if (st != MHA_OK) {
+        mha__free(buf);
+        return st;
+    }
     /* Split the packed columns back into the book's three tensors. */
     static const char *const proj_expr[3] = {"queries = self.W_query(x)", "keys = self.W_key(x)",
                                              "values = self.W_value(x)"};

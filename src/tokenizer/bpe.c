@@ -213,12 +213,12 @@ size_t mha__tokenizer_merges(const mha_tokenizer *t) { return t->n_merges; }
 
 void mha_tokenizer_free(mha_tokenizer *t) {
     if (!t) return;
-    free(t->tok_start);
-    free(t->tok_len);
-    free(t->pool);
-    free(t->vocab);
-    free(t->pairs);
-    free(t);
+    mha__free(t->tok_start);
+    mha__free(t->tok_len);
+    mha__free(t->pool);
+    mha__free(t->vocab);
+    mha__free(t->pairs);
+    mha__free(t);
 }
 
 /* A token for error messages: its bytes, printable ASCII as is, the rest as
@@ -279,6 +279,10 @@ static mha_status load_encoder(mha_tokenizer *t, const int16_t *byte_of_cp, cons
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)json, len, &end, 0);
     if (!root) {
         size_t at = end ? (size_t)(end - (const char *)json) : 0;
+        if (mha__json_wellformed(json, len)) /* then cJSON failed to allocate */
+            return mha__fail(MHA_ERR_NOMEM,
+                             "%s: out of memory parsing %zu bytes of JSON (an allocation by "
+                             "cJSON failed)", name, len);
         return mha__fail(MHA_ERR_FORMAT, "%s: not valid JSON (at byte %zu)", name, at);
     }
     size_t rest = (size_t)(end - (const char *)json);
@@ -305,16 +309,16 @@ static mha_status load_encoder(mha_tokenizer *t, const int16_t *byte_of_cp, cons
                          TOK_MAX_TOKENS);
     }
     t->n_tokens = (int32_t)n;
-    t->tok_start = malloc(n * sizeof *t->tok_start);
-    t->tok_len = calloc(n, sizeof *t->tok_len);
-    t->pool = malloc(key_bytes + 1);
+    t->tok_start = mha__alloc(n * sizeof *t->tok_start);
+    t->tok_len = mha__calloc_n(n, sizeof *t->tok_len);
+    t->pool = mha__alloc(key_bytes + 1);
     t->vocab_mask = table_size(n) - 1;
-    t->vocab = malloc((t->vocab_mask + 1) * sizeof *t->vocab);
-    unsigned char *seen = calloc(n, 1);
+    t->vocab = mha__alloc((t->vocab_mask + 1) * sizeof *t->vocab);
+    unsigned char *seen = mha__calloc_n(n, 1);
     if (!t->tok_start || !t->tok_len || !t->pool || !t->vocab || !seen) {
-        free(seen);
+        mha__free(seen);
         cJSON_Delete(root);
-        return mha__fail(MHA_ERR_NOMEM, "%s: out of memory for %zu tokens", name, n);
+        return mha__nomem("%s: out of memory for %zu tokens", name, n);
     }
     memset(t->vocab, 0xFF, (t->vocab_mask + 1) * sizeof *t->vocab);
 
@@ -367,7 +371,7 @@ static mha_status load_encoder(mha_tokenizer *t, const int16_t *byte_of_cp, cons
         t->vocab[slot].hash = (uint32_t)(hash_bytes(t->pool + used, (size_t)blen) >> 32);
         used += (size_t)blen;
     }
-    free(seen);
+    mha__free(seen);
     cJSON_Delete(root);
     if (st != MHA_OK) return st;
     /* n distinct ids in [0, n): a permutation. */
@@ -397,11 +401,11 @@ static mha_status load_merges(mha_tokenizer *t, const int16_t *byte_of_cp, const
     }
     size_t max_pairs = lines + commas;
     t->pair_mask = table_size(max_pairs) - 1;
-    t->pairs = malloc((t->pair_mask + 1) * sizeof *t->pairs);
-    unsigned char *buf = malloc(2 * len + 2); /* a line's key, then a concatenation */
+    t->pairs = mha__alloc((t->pair_mask + 1) * sizeof *t->pairs);
+    unsigned char *buf = mha__alloc(2 * len + 2); /* a line's key, then a concatenation */
     if (!t->pairs || !buf) {
-        free(buf);
-        return mha__fail(MHA_ERR_NOMEM, "%s: out of memory for %zu merges", name, lines);
+        mha__free(buf);
+        return mha__nomem("%s: out of memory for %zu merges", name, lines);
     }
     for (size_t i = 0; i <= t->pair_mask; i++) t->pairs[i].key = PAIR_EMPTY;
 
@@ -480,7 +484,7 @@ static mha_status load_merges(mha_tokenizer *t, const int16_t *byte_of_cp, const
         if (st != MHA_OK) break;
         p = eol + 1;
     }
-    free(buf);
+    mha__free(buf);
     if (st != MHA_OK) return st;
     t->n_merges = line - 1;
     return MHA_OK;
@@ -498,8 +502,8 @@ mha_status mha_tokenizer_parse(const char *encoder_json, size_t json_len, const 
                          json_len > TOK_MAX_FILE ? "encoder.json" : "vocab.bpe", TOK_MAX_FILE);
     int16_t byte_of_cp[BYTE_CP_LIMIT];
     byte_tables(byte_of_cp);
-    mha_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return mha__fail(MHA_ERR_NOMEM, "tokenizer: out of memory");
+    mha_tokenizer *t = mha__calloc_n(1, sizeof *t);
+    if (!t) return mha__nomem("tokenizer: out of memory");
     mha_status st = load_encoder(t, byte_of_cp, "encoder.json", (const unsigned char *)encoder_json,
                                  json_len);
     if (st == MHA_OK)
@@ -527,16 +531,16 @@ static mha_status read_file(const char *path, unsigned char **data, size_t *len)
         fclose(f);
         return mha__fail(MHA_ERR_FORMAT, "%s: larger than %zu bytes", path, TOK_MAX_FILE);
     }
-    unsigned char *d = malloc((size_t)size + 1);
+    unsigned char *d = mha__alloc((size_t)size + 1);
     if (!d) {
         fclose(f);
-        return mha__fail(MHA_ERR_NOMEM, "%s: out of memory", path);
+        return mha__nomem("%s: out of memory", path);
     }
     size_t got = fread(d, 1, (size_t)size, f);
     int err = ferror(f);
     fclose(f);
     if (got != (size_t)size || err) {
-        free(d);
+        mha__free(d);
         return mha__fail(MHA_ERR_IO, "%s: read error", path);
     }
     *data = d;
@@ -568,8 +572,8 @@ mha_status mha_tokenizer_load(const char *encoder_json, const char *vocab_bpe, m
             }
         }
     }
-    free(json);
-    free(bpe);
+    mha__free(json);
+    mha__free(bpe);
     return st;
 }
 
@@ -578,18 +582,18 @@ mha_status mha_tokenizer_load_dir(const char *dir, mha_tokenizer **out) {
     *out = NULL;
     if (!dir) return mha__fail(MHA_ERR_ARGUMENT, "tokenizer: dir is NULL");
     size_t n = strlen(dir);
-    char *a = malloc(n + 16), *b = malloc(n + 16);
+    char *a = mha__alloc(n + 16), *b = mha__alloc(n + 16);
     if (!a || !b) {
-        free(a);
-        free(b);
-        return mha__fail(MHA_ERR_NOMEM, "tokenizer: out of memory");
+        mha__free(a);
+        mha__free(b);
+        return mha__nomem("tokenizer: out of memory");
     }
     const char *sep = n > 0 && dir[n - 1] == '/' ? "" : "/";
     snprintf(a, n + 16, "%s%sencoder.json", dir, sep);
     snprintf(b, n + 16, "%s%svocab.bpe", dir, sep);
     mha_status st = mha_tokenizer_load(a, b, out);
-    free(a);
-    free(b);
+    mha__free(a);
+    mha__free(b);
     return st;
 }
 
@@ -721,9 +725,9 @@ static bool work_reserve(bpe_work *w, size_t n) {
     size_t c = w->cap ? w->cap : 64;
     while (c < n) c *= 2;
     size_t bytes = c * (3 * sizeof(int32_t) + 4 * sizeof(bpe_pair));
-    void *m = malloc(bytes);
+    void *m = mha__alloc(bytes);
     if (!m) return false;
-    free(w->mem);
+    mha__free(w->mem);
     w->mem = m;
     w->cap = c;
     w->heap = m;
@@ -758,15 +762,15 @@ mha_status mha_tokenizer_encode(const mha_tokenizer *t, const char *text, size_t
             count++;
         } else {
             if (!work_reserve(&w, m)) {
-                free(w.mem);
-                return mha__fail(MHA_ERR_NOMEM, "encode: out of memory for a chunk of %zu bytes",
+                mha__free(w.mem);
+                return mha__nomem("encode: out of memory for a chunk of %zu bytes",
                                  m);
             }
             bpe_chunk(t, &w, s + pos, (int32_t)m, ids, cap, &count);
         }
         pos += m;
     }
-    free(w.mem);
+    mha__free(w.mem);
     *n = count;
     if (count > cap)
         return mha__fail(MHA_ERR_WORKSPACE, "encode: %zu ids do not fit in cap %zu", count, cap);

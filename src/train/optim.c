@@ -228,7 +228,7 @@ static mha_status alloc_states(float *st[MAX_STATES], int n, size_t scalars) {
         st[i] = mha__calloc(bytes);
         if (!st[i]) {
             free_states(st);
-            return mha__fail(MHA_ERR_NOMEM, "out of memory for the optimizer state (%zu floats)",
+            return mha__nomem("out of memory for the optimizer state (%zu floats)",
                              scalars);
         }
     }
@@ -238,19 +238,19 @@ static mha_status alloc_states(float *st[MAX_STATES], int n, size_t scalars) {
 void mha_optimizer_free(mha_optimizer *o) {
     if (!o) return;
     free_states(o->state);
-    free(o->off);
-    free(o->chunks);
-    free(o->p);
-    free(o->g);
-    free(o->bad);
-    free(o);
+    mha__free(o->off);
+    mha__free(o->chunks);
+    mha__free(o->p);
+    mha__free(o->g);
+    mha__free(o->bad);
+    mha__free(o);
 }
 
 static mha_status create(mha_module *m, mha_gpt *gpt, opt_kind kind, const mha_adamw_config *a,
                          const mha_sgd_config *sc, mha_optimizer **out) {
     const size_t np = target_num_params(m, gpt);
-    mha_optimizer *o = calloc(1, sizeof *o);
-    if (!o) return mha__fail(MHA_ERR_NOMEM, "out of memory creating the optimizer");
+    mha_optimizer *o = mha__calloc_n(1, sizeof *o);
+    if (!o) return mha__nomem("out of memory creating the optimizer");
     o->m = m;
     o->gpt = gpt;
     o->kind = kind;
@@ -258,12 +258,12 @@ static mha_status create(mha_module *m, mha_gpt *gpt, opt_kind kind, const mha_a
     if (sc) o->sgd = *sc;
     o->n_params = np;
     const size_t cap = np ? np : 1;
-    o->off = calloc(cap, sizeof *o->off);
-    o->p = calloc(cap, sizeof *o->p);
-    o->g = calloc(cap, sizeof *o->g);
+    o->off = mha__calloc_n(cap, sizeof *o->off);
+    o->p = mha__calloc_n(cap, sizeof *o->p);
+    o->g = mha__calloc_n(cap, sizeof *o->g);
     mha_status s = MHA_OK;
     if (!o->off || !o->p || !o->g) {
-        s = mha__fail(MHA_ERR_NOMEM, "out of memory creating the optimizer");
+        s = mha__nomem("out of memory creating the optimizer");
         goto fail;
     }
     /* offsets and the chunk count */
@@ -281,10 +281,10 @@ static mha_status create(mha_module *m, mha_gpt *gpt, opt_kind kind, const mha_a
     }
     o->scalars = total;
     o->n_chunks = nch;
-    o->chunks = calloc(nch ? nch : 1, sizeof *o->chunks);
-    o->bad = calloc(nch ? nch : 1, sizeof *o->bad);
+    o->chunks = mha__calloc_n(nch ? nch : 1, sizeof *o->chunks);
+    o->bad = mha__calloc_n(nch ? nch : 1, sizeof *o->bad);
     if (!o->chunks || !o->bad) {
-        s = mha__fail(MHA_ERR_NOMEM, "out of memory creating the optimizer");
+        s = mha__nomem("out of memory creating the optimizer");
         goto fail;
     }
     nch = 0;
@@ -539,6 +539,8 @@ static void sgd_step(mha_optimizer *o) {
 }
 
 mha_status mha_optimizer_step(mha_optimizer *o) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
     if (!o) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_step: optimizer is NULL");
     for (size_t i = 0; i < o->n_params; i++) {
         mha_param p, g;
@@ -567,7 +569,7 @@ static const char *variant_name(mha_optim_variant v) {
 /* "<state>.<param>" */
 static char *join_name(const char *state, const char *param) {
     const size_t a = strlen(state), b = strlen(param);
-    char *s = malloc(a + b + 2);
+    char *s = mha__alloc(a + b + 2);
     if (!s) return NULL;
     memcpy(s, state, a);
     s[a] = '.';
@@ -620,12 +622,12 @@ mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
 #undef META
 
     size_t ne = 0, cap = o->n_params * (size_t)ns;
-    mha_st_entry *ents = calloc(cap ? cap : 1, sizeof *ents);
-    char **names = calloc(cap ? cap : 1, sizeof *names);
-    mha_param *params = calloc(o->n_params ? o->n_params : 1, sizeof *params);
+    mha_st_entry *ents = mha__calloc_n(cap ? cap : 1, sizeof *ents);
+    char **names = mha__calloc_n(cap ? cap : 1, sizeof *names);
+    mha_param *params = mha__calloc_n(o->n_params ? o->n_params : 1, sizeof *params);
     mha_status s = MHA_OK;
     if (!ents || !names || !params) {
-        s = mha__fail(MHA_ERR_NOMEM, "out of memory saving the optimizer");
+        s = mha__nomem("out of memory saving the optimizer");
         goto out;
     }
     for (size_t i = 0; i < o->n_params && s == MHA_OK; i++) {
@@ -633,7 +635,7 @@ mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
         for (int k = 0; k < ns && s == MHA_OK; k++) {
             names[ne] = join_name(state_name(o->kind, k), params[i].name);
             if (!names[ne]) {
-                s = mha__fail(MHA_ERR_NOMEM, "out of memory saving the optimizer");
+                s = mha__nomem("out of memory saving the optimizer");
                 break;
             }
             ents[ne] = (mha_st_entry){names[ne], MHA_DTYPE_F32, params[i].ndim, params[i].shape,
@@ -643,10 +645,10 @@ mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
     }
     if (s == MHA_OK) s = mha_st_write_file(path, ents, ne, meta, nm);
 out:
-    for (size_t i = 0; names && i < ne; i++) free(names[i]);
-    free(names);
-    free(ents);
-    free(params);
+    for (size_t i = 0; names && i < ne; i++) mha__free(names[i]);
+    mha__free(names);
+    mha__free(ents);
+    mha__free(params);
     return s;
 }
 
@@ -778,7 +780,7 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
 static mha_status read_state(opt_kind kind, int k, const mha_st *st, const mha_param *p,
                              float *dst) {
     char *name = join_name(state_name(kind, k), p->name);
-    if (!name) return mha__fail(MHA_ERR_NOMEM, "out of memory loading the optimizer");
+    if (!name) return mha__nomem("out of memory loading the optimizer");
     mha_st_tensor t;
     mha_status s = MHA_OK;
     char want[64], got[64 * 2];
@@ -804,7 +806,7 @@ static mha_status read_state(opt_kind kind, int k, const mha_st *st, const mha_p
         if (!isfinite(dst[j]) || (nonneg && dst[j] < 0.0f))
             s = mha__fail(MHA_ERR_FORMAT, "tensor '%s' holds %g at element %zu%s", name,
                           (double)dst[j], j, nonneg ? " (must be finite and >= 0)" : " (must be finite)");
-    free(name);
+    mha__free(name);
     return s;
 }
 

@@ -1,0 +1,79 @@
+/* threads.c — room for OpenMP's threads before a parallel region.
+ *
+ * libgomp cannot fail cleanly: when it cannot create a thread (under an
+ * address-space limit, the thread's stack cannot be mapped) it prints
+ * "libgomp: Thread creation failed" and exits the process (GCC 12's
+ * gomp_fatal), and under a tight limit glibc can even abort while it does.
+ * Its threads, once started, are kept for later regions of the same calling
+ * thread (a pool per thread that opens regions). So before the first
+ * computation of a calling thread on more threads than any before, the
+ * compute entry points map (PROT_NONE, untouched) the stacks those threads
+ * will take and unmap them again; when that fails they return
+ * MHA_ERR_NOMEM, naming the bytes and the thread count, instead of calling
+ * into OpenMP; when it works they start the threads at once, with an empty
+ * region, before their own allocations can take the room. A guard, not a
+ * guarantee: another thread of the process can take the room between the
+ * probe and the start (mha.h). */
+#define _GNU_SOURCE 1 /* pthread_getattr_default_np */
+#include "common.h"
+
+#if defined(MHA_HAVE_OPENMP)
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+static _Thread_local int threads_ready = 1; /* the largest team this thread has started */
+
+/* OMP_STACKSIZE as libgomp reads it ("512K", "4 M", a bare number is KiB),
+ * else glibc's default thread stack size (from RLIMIT_STACK). */
+static size_t thread_stack_bytes(void) {
+    const char *e = getenv("OMP_STACKSIZE");
+    if (e && *e) {
+        char *end = NULL;
+        unsigned long long v = strtoull(e, &end, 10);
+        while (end && *end == ' ') end++;
+        unsigned shift = 10;
+        if (end && *end) {
+            switch (*end | 0x20) {
+            case 'b': shift = 0; break;
+            case 'k': shift = 10; break;
+            case 'm': shift = 20; break;
+            case 'g': shift = 30; break;
+            default: break;
+            }
+        }
+        if (v > 0 && v < (1ull << 40) >> shift) return (size_t)(v << shift);
+    }
+    size_t bytes = 0;
+    pthread_attr_t a;
+    if (pthread_getattr_default_np(&a) == 0) {
+        (void)pthread_attr_getstacksize(&a, &bytes);
+        pthread_attr_destroy(&a);
+    }
+    return bytes ? bytes : (size_t)8 << 20;
+}
+
+mha_status mha__threads_ready(void) {
+    if (omp_in_parallel()) return MHA_OK;
+    const int n = omp_get_max_threads();
+    if (n <= threads_ready) return MHA_OK;
+    const size_t per = thread_stack_bytes() + 4096; /* and its guard page */
+    size_t bytes;
+    if (!mha__mul_size((size_t)(n - 1), per, &bytes))
+        return mha__fail(MHA_ERR_NOMEM, "out of memory: %d threads' stacks overflow", n);
+    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return mha__fail(MHA_ERR_NOMEM,
+                         "out of memory for the stacks of %d threads (%zu bytes; fewer threads "
+                         "need less)", n, bytes);
+    munmap(p, bytes);
+    int started = 0;
+#pragma omp parallel num_threads(n) reduction(+ : started)
+    started += 1;
+    threads_ready = started; /* fewer when OpenMP gave fewer (a thread limit) */
+    return MHA_OK;
+}
+#else
+mha_status mha__threads_ready(void) { return MHA_OK; }
+#endif
