@@ -152,10 +152,41 @@ static void backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t
 #define MHA_ONEDNN_SETUP_BYTES ((size_t)8 << 20)
 static atomic_bool onednn_set_up;
 
+/* oneDNN also sets up lazily per kind of product (transposes, beta): a
+ * set-up that cannot allocate throws a C++ exception through glibc's
+ * pthread_once, whose unwinding then needs to dlopen libgcc_s and, under
+ * an address-space limit, aborts the process ("libgcc_s.so.1 must be
+ * installed for unwinding to work", seen in mha grad under ulimit -v 196608
+ * when the backward's first A^T B ran in two threads at once). So the first
+ * GEMM also runs every kind once, small and on the calling thread, while
+ * the probe's room is there: the later set-ups are done by then. */
+#define MHA_ONEDNN_WARM 128
+static bool onednn_warm_up(void) {
+    static float a[MHA_ONEDNN_WARM * MHA_ONEDNN_WARM], b[MHA_ONEDNN_WARM * MHA_ONEDNN_WARM],
+        c[MHA_ONEDNN_WARM * MHA_ONEDNN_WARM];
+    const dnnl_dim_t n = MHA_ONEDNN_WARM;
+    bool ok = true;
+    /* in a one-thread team, as the tiles call it: oneDNN's own threads
+     * (their stacks) are what the room would otherwise go to */
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel num_threads(1)
+#endif
+    {
+#if defined(MHA_HAVE_OPENMP)
+        omp_set_num_threads(1);
+#endif
+        for (int kind = 0; kind < 8 && ok; kind++)
+            ok = dnnl_sgemm(kind & 1 ? 'T' : 'N', kind & 2 ? 'T' : 'N', n, n, n, 1.0f, a, n, b, n,
+                            kind & 4 ? 1.0f : 0.0f, c, n) == dnnl_success;
+    }
+    return ok;
+}
+
 static size_t backend_reserve(int callers) {
     (void)callers;
     if (atomic_load(&onednn_set_up)) return 0;
-    if (!probe_address_space(MHA_ONEDNN_SETUP_BYTES)) return MHA_ONEDNN_SETUP_BYTES;
+    if (!probe_address_space(MHA_ONEDNN_SETUP_BYTES) || !onednn_warm_up())
+        return MHA_ONEDNN_SETUP_BYTES;
     atomic_store(&onednn_set_up, true);
     return 0;
 }
