@@ -2,7 +2,6 @@
  * parsing. */
 #include "cli.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,39 +38,39 @@ void *cli_malloc(size_t n) {
 }
 
 /* ---- option parsing ------------------------------------------------------- */
+/* The parsing itself is in parse.c; these die with its message. */
 
 int64_t cli_parse_int(const char *opt, const char *s, int64_t lo, int64_t hi) {
-    if (!s) cli_die("%s needs a value", opt);
-    errno = 0;
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0') cli_die("%s: '%s' is not an integer", opt, s);
-    if (errno == ERANGE || v < lo || v > hi)
-        cli_die("%s: %s is out of range [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
+    char err[CLI_ERR_CAP];
+    int64_t v = 0;
+    if (!cli_int_parse(opt, s, lo, hi, &v, err)) cli_die("%s", err);
     return v;
 }
 
 uint64_t cli_parse_seed(const char *opt, const char *s) {
-    if (!s) cli_die("%s needs a value", opt);
-    errno = 0;
-    char *end = NULL;
-    /* Like torch.manual_seed: [-2^63, 2^64), negatives taken mod 2^64. */
-    if (s[0] == '-') {
-        long long v = strtoll(s, &end, 10);
-        if (end == s || *end != '\0' || errno == ERANGE) cli_die("%s: '%s' is not a valid seed", opt, s);
-        return (uint64_t)v;
-    }
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || errno == ERANGE) cli_die("%s: '%s' is not a valid seed", opt, s);
+    char err[CLI_ERR_CAP];
+    uint64_t v = 0;
+    if (!cli_seed_parse(opt, s, &v, err)) cli_die("%s", err);
     return v;
 }
 
 double cli_parse_prob(const char *opt, const char *s) {
-    if (!s) cli_die("%s needs a value", opt);
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || *end != '\0') cli_die("%s: '%s' is not a number", opt, s);
-    if (!(v >= 0.0 && v < 1.0)) cli_die("%s: dropout must be in [0, 1), got %s", opt, s);
+    char err[CLI_ERR_CAP];
+    double v = 0.0;
+    if (!cli_prob_parse(opt, s, &v, err)) cli_die("%s", err);
     return v;
 }
 
+int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n) {
+    char err[CLI_ERR_CAP];
+    int32_t *ids = NULL;
+    if (!cli_ids_parse(opt, s, &ids, n, err)) cli_die("%s", err);
+    return ids;
+}
+
+bool cli_parse_module_opt(cli_module_opts *o, int argc, char **argv, int *i) {
+    char err[CLI_ERR_CAP];
+    int r = cli_module_opt(o, argc, argv, i, err);
+    if (r < 0) cli_die("%s", err);
+    return r > 0;
+}

@@ -14,12 +14,39 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Dies with the library's detail when st is not MHA_OK. */
 void cli_check(mha_status st, const char *what);
 void *cli_malloc(size_t n);
-/* Strict parsers: the whole string, in range, or die naming the option. */
+#include <stdbool.h>
+
+/* Strict parsers: the whole string, in range, or die naming the option
+ * (with the message of the parse.c core below). */
 int64_t cli_parse_int(const char *opt, const char *s, int64_t lo, int64_t hi);
 /* torch.manual_seed's range: [-2^63, 2^64), negatives taken mod 2^64. */
 uint64_t cli_parse_seed(const char *opt, const char *s);
 /* A dropout probability in [0, 1). */
 double cli_parse_prob(const char *opt, const char *s);
+
+/* "15496,11,314" -> n ids (malloc'd); digits only, no empty items. */
+int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n);
+
+/* The options every module command shares (--d-in, --d-out,
+ * --context-length, --num-heads, --dropout, --seed, --qkv-bias). */
+typedef struct {
+    mha_config cfg;
+    bool have_d_in, have_d_out, have_ctx, have_heads, have_seed;
+    uint64_t seed;
+} cli_module_opts;
+/* Consumes one module option (and its value) at argv[*i]; false if argv[*i]
+ * is not one. */
+bool cli_parse_module_opt(cli_module_opts *o, int argc, char **argv, int *i);
+
+/* parse.c: the cores of the parsers above, which never exit: false (for
+ * cli_module_opt -1; 0 when argv[*i] is not a module option) with a
+ * one-line message of at most CLI_ERR_CAP bytes in err. */
+#define CLI_ERR_CAP 256
+bool cli_int_parse(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out, char *err);
+bool cli_seed_parse(const char *opt, const char *s, uint64_t *out, char *err);
+bool cli_prob_parse(const char *opt, const char *s, double *out, char *err);
+bool cli_ids_parse(const char *opt, const char *s, int32_t **ids, int64_t *n, char *err);
+int cli_module_opt(cli_module_opts *o, int argc, char **argv, int *i, char *err);
 
 int mha_cli_bench(int argc, char **argv);
 int mha_cli_train(int argc, char **argv);
@@ -37,10 +64,8 @@ mha_tokenizer *cli_try_tokenizer(const char *vocab_dir);
 void cli_put_json_text(FILE *f, const unsigned char *s, size_t len);
 
 /* Chapter 4 (cli/gpt.c) */
-#include <stdbool.h>
 bool cli_is_gpt_name(const char *s);
 bool cli_st_is_gpt(const mha_st *st);
-int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n);
 int mha_cli_init_gpt(int argc, char **argv);
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
                     uint64_t seed);

@@ -264,39 +264,6 @@ int mha_cli_grad_gpt(const mha_st *wst, const char *weights, const char *in, con
 
 /* ---- mha generate -------------------------------------------------------- */
 
-/* "15496,11,314" -> ids; strict: digits only, no empty items. */
-int32_t *cli_parse_ids(const char *opt, const char *s, int64_t *n) {
-    if (!s || !*s) cli_die("%s needs a comma-separated list of token ids", opt);
-    int64_t cap = 1;
-    for (const char *p = s; *p; p++) cap += *p == ',';
-    /* two passes: the first only checks (nothing allocated when it dies) */
-    int32_t *ids = NULL;
-    int64_t k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-    if (pass) ids = cli_malloc((size_t)cap * sizeof(int32_t));
-    k = 0;
-    const char *p = s;
-    for (;;) {
-        const char *q = p;
-        int64_t v = 0;
-        while (*q >= '0' && *q <= '9') {
-            v = v * 10 + (*q - '0');
-            if (v > INT32_MAX) cli_die("%s: id '%.*s' is too large", opt, (int)(q - p + 1), p);
-            q++;
-        }
-        if (q == p || (*q && *q != ','))
-            cli_die("%s: '%s' is not a comma-separated list of token ids (at character %lld)", opt, s,
-                    (long long)(q - s + 1));
-        if (pass) ids[k] = (int32_t)v;
-        k++;
-        if (!*q) break;
-        p = q + 1;
-    }
-    }
-    *n = k;
-    return ids;
-}
-
 /* Streaming output: each new token's text as it comes (a character cut
  * between tokens waits for its last bytes), or its id without a tokenizer. */
 typedef struct {

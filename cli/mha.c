@@ -232,39 +232,6 @@ static int cmd_demo(int argc, char **argv) {
 
 /* ---- shared module options ------------------------------------------------ */
 
-typedef struct {
-    mha_config cfg;
-    bool have_d_in, have_d_out, have_ctx, have_heads, have_seed;
-    uint64_t seed;
-} module_opts;
-
-/* Consumes one module option at argv[*i]; false if argv[*i] is not one. */
-static bool module_opt(module_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    const int64_t big = (int64_t)1 << 40;
-    if (strcmp(a, "--d-in") == 0) {
-        o->cfg.d_in = cli_parse_int(a, v, 1, big), o->have_d_in = true;
-    } else if (strcmp(a, "--d-out") == 0) {
-        o->cfg.d_out = cli_parse_int(a, v, 1, big), o->have_d_out = true;
-    } else if (strcmp(a, "--context-length") == 0) {
-        o->cfg.context_length = cli_parse_int(a, v, 1, big), o->have_ctx = true;
-    } else if (strcmp(a, "--num-heads") == 0) {
-        o->cfg.num_heads = cli_parse_int(a, v, 1, big), o->have_heads = true;
-    } else if (strcmp(a, "--dropout") == 0) {
-        o->cfg.dropout = cli_parse_prob(a, v);
-    } else if (strcmp(a, "--seed") == 0) {
-        o->seed = cli_parse_seed(a, v), o->have_seed = true;
-    } else if (strcmp(a, "--qkv-bias") == 0) {
-        o->cfg.qkv_bias = 1;
-        return true;
-    } else {
-        return false;
-    }
-    (*i)++;
-    return true;
-}
-
 /* ---- mha trace ------------------------------------------------------------- */
 
 typedef struct {
@@ -306,7 +273,7 @@ static void trace_step(void *user, const char *step, const char *expr, int ndim,
 }
 
 static int cmd_trace(int argc, char **argv) {
-    module_opts o = {0};
+    cli_module_opts o = {0};
     mha_config_init(&o.cfg, MHA_MULTI_HEAD_ATTENTION);
     o.cfg.d_in = 3;
     o.cfg.d_out = 2;
@@ -337,7 +304,7 @@ static int cmd_trace(int argc, char **argv) {
                  "for any browser. Up to 256 tokens.");
             return 0;
         }
-        if (module_opt(&o, argc, argv, &i)) {
+        if (cli_parse_module_opt(&o, argc, argv, &i)) {
             custom |= strcmp(a, "--seed") != 0 && strcmp(a, "--dropout") != 0 && strcmp(a, "--qkv-bias") != 0;
             continue;
         }
@@ -471,7 +438,7 @@ static int cmd_trace(int argc, char **argv) {
 
 static int cmd_init(int argc, char **argv) {
     if (argc > 2 && cli_is_gpt_name(argv[2])) return mha_cli_init_gpt(argc, argv);
-    module_opts o = {0};
+    cli_module_opts o = {0};
     const char *out = NULL, *module = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -488,7 +455,7 @@ static int cmd_init(int argc, char **argv) {
                  "mha init GPTModel|TransformerBlock --help: the chapter 4 models.");
             return 0;
         }
-        if (module_opt(&o, argc, argv, &i)) continue;
+        if (cli_parse_module_opt(&o, argc, argv, &i)) continue;
         if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (i + 1 >= argc) cli_die("%s needs a file name", a);
             out = argv[++i];

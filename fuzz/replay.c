@@ -10,7 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REPLAY_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define REPLAY_ASAN 1
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -103,6 +113,14 @@ static long run_path(const char *path) {
 }
 
 int main(int argc, char **argv) {
+#ifndef REPLAY_ASAN
+    /* As libFuzzer's malloc limit does: a loader that allocates what a few
+     * bytes ask for instead of what the file holds fails here (ERR_NOMEM,
+     * which the targets reject) rather than passing on overcommitted
+     * memory. (ASan reserves terabytes of address space: not there.) */
+    const struct rlimit lim = {(rlim_t)4 << 30, (rlim_t)4 << 30};
+    if (setrlimit(RLIMIT_AS, &lim) != 0) perror("setrlimit");
+#endif
     long total = 0;
     int bad = 0;
     for (int i = 1; i < argc; i++) {

@@ -99,6 +99,44 @@ static mha_status meta_int(const mha_st *st, const char *key, int64_t *out) {
     return MHA_OK;
 }
 
+/* The loader creates the model (allocating every parameter) before it can
+ * read the tensors into it. A few bytes of metadata (or, for Hugging Face
+ * files, many tiny h.N.ln_1.weight tensors) could ask for a huge model, so
+ * a large one must first be plausible: the file has to hold at least as
+ * many float bytes (at 2 bytes a value, F16) as the model's weight matrices
+ * have values. Small models skip this, so their errors name the exact
+ * tensor. (The same rule as the module loader's, src/io/module_io.c.) */
+#define LOAD_SMALL_SCALARS ((uint64_t)1 << 20)
+
+static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
+    const uint64_t E = (uint64_t)c->emb_dim, L = c->kind == MHA_GPT_MODEL ? (uint64_t)c->n_layers : 1;
+    uint64_t e2 = 0, total = 0, emb = 0;
+    /* per block 12 E^2 (W_q, W_k, W_v, out_proj, the FeedForward's 4E x E
+     * twice); a GPTModel adds tok_emb and pos_emb */
+    bool ok = !__builtin_mul_overflow(E, E, &e2) && !__builtin_mul_overflow(e2, 12, &e2) &&
+              !__builtin_mul_overflow(e2, L, &total);
+    if (ok && c->kind == MHA_GPT_MODEL)
+        ok = !__builtin_add_overflow((uint64_t)c->vocab_size, (uint64_t)c->context_length, &emb) &&
+             !__builtin_mul_overflow(emb, E, &emb) && !__builtin_add_overflow(total, emb, &total);
+    if (ok && total <= LOAD_SMALL_SCALARS) return MHA_OK;
+    uint64_t have_bytes = 0;
+    for (size_t i = 0; i < mha_st_count(st); i++) {
+        mha_st_tensor t;
+        if (mha_st_get(st, i, &t) != MHA_OK) continue;
+        if (t.dtype == MHA_DTYPE_F32 || t.dtype == MHA_DTYPE_F16 || t.dtype == MHA_DTYPE_BF16 ||
+            t.dtype == MHA_DTYPE_F64)
+            have_bytes += t.nbytes; /* sums to at most the file size */
+    }
+    if (!ok || total > have_bytes / 2)
+        return mha__fail(MHA_ERR_MISSING,
+                         "%s(emb_dim=%lld, n_layers=%lld) needs %s%llu parameter values; the file holds %llu "
+                         "bytes of float tensors",
+                         mha_gpt_kind_name(c->kind), (long long)c->emb_dim, (long long)L, ok ? "" : "over ",
+                         ok ? (unsigned long long)total : (unsigned long long)UINT64_MAX,
+                         (unsigned long long)have_bytes);
+    return MHA_OK;
+}
+
 static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) {
     mha_gpt_config c;
     mha_gpt_config_init(&c, kind);
@@ -121,6 +159,7 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) 
         else if (strcmp(v, "false") && strcmp(v, "False") && strcmp(v, "0"))
             return mha__fail(MHA_ERR_CONFIG, "metadata 'qkv_bias' must be true or false, got '%.40s'", v);
     }
+    if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
     if ((s = mha_gpt_create(&c, 0, &m)) != MHA_OK) return s;
     /* every parameter, then nothing else but att.mask buffers */
@@ -201,6 +240,7 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
     /* (with the data on disk, a present head is loaded as its own tensor) */
     const bool tied = !has_head || (head.data && wte.data && head.dtype == wte.dtype &&
                                     head.nbytes == wte.nbytes && memcmp(head.data, wte.data, wte.nbytes) == 0);
+    if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
     if ((s = mha_gpt_create(&c, tied, &m)) != MHA_OK) return s;
     const int64_t E = m->E;
