@@ -88,25 +88,7 @@ static const mha__kernels *best_up_to(mha__isa_t cap) {
     return &tables[MHA_ISA_REF];
 }
 
-/* glibc unwinds a C++ exception through C frames (oneDNN's lazy set-up
- * throws through pthread_once when it cannot allocate) with libgcc_s,
- * which it dlopens at the first unwind and then keeps; under an
- * address-space limit that dlopen can fail, and glibc aborts ("libgcc_s.so.1
- * must be installed for unwinding to work"). A thread that ends in
- * pthread_exit (an unwind) here, at the library's first use, has glibc load
- * it while there is room. */
-static void *exit_at_once(void *arg) {
-    (void)arg;
-    pthread_exit(NULL);
-}
-
-static void prime_unwinder(void) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, exit_at_once, NULL) == 0) pthread_join(t, NULL);
-}
-
 static void build(void) {
-    prime_unwinder();
     const mha__cpu_features *cpu = mha__cpu();
     fill_ref(&tables[MHA_ISA_REF]);
     have[MHA_ISA_REF] = true;
