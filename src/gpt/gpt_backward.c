@@ -413,15 +413,8 @@ static void layernorm_backward(float *dx, const float *dy, const float *x, const
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * E, *gy = dy + r * E;
         float *sr = scratch + r * E, *gx = dx + r * E;
-        double mean = 0.0, var = 0.0;
-        for (int64_t i = 0; i < E; i++) mean += (double)xr[i];
-        mean /= (double)E;
-        for (int64_t i = 0; i < E; i++) {
-            const double d = (double)xr[i] - mean;
-            var += d * d;
-        }
-        var /= (double)E;
-        const float mf = (float)mean, inv = (float)(1.0 / sqrt(var + 1e-5));
+        float mf, inv;
+        mha__layernorm_moments_ref(xr, E, &mf, &inv);
         double s1 = 0.0, s2 = 0.0;
         for (int64_t i = 0; i < E; i++) {
             const float xh = (xr[i] - mf) * inv;

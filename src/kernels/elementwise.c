@@ -13,20 +13,26 @@
 
 /* Mean and variance in double (two passes), so the reference is the
  * accurate one the fast kernels are measured against. */
+void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *rstd) {
+    double m = 0.0, var = 0.0;
+    for (int64_t i = 0; i < E; i++) m += (double)x[i];
+    m /= (double)E;
+    for (int64_t i = 0; i < E; i++) {
+        const double d = (double)x[i] - m;
+        var += d * d;
+    }
+    var /= (double)E;
+    *mean = (float)m;
+    *rstd = (float)(1.0 / sqrt(var + 1e-5));
+}
+
 void mha__layernorm_ref(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
                         const float *scale, const float *shift) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
-        double mean = 0.0, var = 0.0;
-        for (int64_t i = 0; i < E; i++) mean += (double)xr[i];
-        mean /= (double)E;
-        for (int64_t i = 0; i < E; i++) {
-            const double d = (double)xr[i] - mean;
-            var += d * d;
-        }
-        var /= (double)E;
-        const float mf = (float)mean, inv = (float)(1.0 / sqrt(var + 1e-5));
+        float mf, inv;
+        mha__layernorm_moments_ref(xr, E, &mf, &inv);
         for (int64_t i = 0; i < E; i++) yr[i] = fmaf(scale[i], (xr[i] - mf) * inv, shift[i]);
     }
 }

@@ -260,6 +260,9 @@ typedef void (*mha__residual_fn)(float *x, int64_t ldx, const float *y, int64_t 
     void mha__residual_add_##sfx(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, \
                                  int64_t n, const float *bias, const mha__keep_view *keep);
 MHA__ELEMENTWISE_DECL(ref)
+/* A row's mean and 1/sqrt(biased variance + 1e-5), both summed in double
+ * (the reference LayerNorm's; the GPT backward recomputes them with it). */
+void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *rstd);
 #if defined(MHA_HAVE_AVX2_KERNELS)
 MHA__ELEMENTWISE_DECL(avx2)
 #endif
