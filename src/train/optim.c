@@ -304,42 +304,35 @@ fail:
     return s;
 }
 
+/* The public constructors' shared checks: fn names the entry point in the
+ * error messages; exactly one of m, g and one of ac, sc is meant to be set. */
+static mha_status create_checked(const char *fn, mha_module *m, mha_gpt *g, opt_kind kind,
+                                 const mha_adamw_config *ac, const mha_sgd_config *sc,
+                                 mha_optimizer **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    if ((!m && !g) || (!ac && !sc)) return mha__fail(MHA_ERR_ARGUMENT, "%s: NULL argument", fn);
+    mha_status s = kind == OPT_ADAMW ? adamw_validate(ac) : sgd_validate(sc);
+    if (s != MHA_OK) return s;
+    return create(m, g, kind, ac, sc, out);
+}
+
 mha_status mha_optimizer_create_adamw(mha_module *m, const mha_adamw_config *c,
                                       mha_optimizer **out) {
-    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw: out is NULL");
-    *out = NULL;
-    if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw: NULL argument");
-    mha_status s = adamw_validate(c);
-    if (s != MHA_OK) return s;
-    return create(m, NULL, OPT_ADAMW, c, NULL, out);
+    return create_checked("mha_optimizer_create_adamw", m, NULL, OPT_ADAMW, c, NULL, out);
 }
 
 mha_status mha_optimizer_create_adamw_gpt(mha_gpt *m, const mha_adamw_config *c, mha_optimizer **out) {
-    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw_gpt: out is NULL");
-    *out = NULL;
-    if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_adamw_gpt: NULL argument");
-    mha_status s = adamw_validate(c);
-    if (s != MHA_OK) return s;
-    return create(NULL, m, OPT_ADAMW, c, NULL, out);
+    return create_checked("mha_optimizer_create_adamw_gpt", NULL, m, OPT_ADAMW, c, NULL, out);
 }
 
 mha_status mha_optimizer_create_sgd(mha_module *m, const mha_sgd_config *c,
                                     mha_optimizer **out) {
-    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd: out is NULL");
-    *out = NULL;
-    if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd: NULL argument");
-    mha_status s = sgd_validate(c);
-    if (s != MHA_OK) return s;
-    return create(m, NULL, OPT_SGD, NULL, c, out);
+    return create_checked("mha_optimizer_create_sgd", m, NULL, OPT_SGD, NULL, c, out);
 }
 
 mha_status mha_optimizer_create_sgd_gpt(mha_gpt *m, const mha_sgd_config *c, mha_optimizer **out) {
-    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd_gpt: out is NULL");
-    *out = NULL;
-    if (!m || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create_sgd_gpt: NULL argument");
-    mha_status s = sgd_validate(c);
-    if (s != MHA_OK) return s;
-    return create(NULL, m, OPT_SGD, NULL, c, out);
+    return create_checked("mha_optimizer_create_sgd_gpt", NULL, m, OPT_SGD, NULL, c, out);
 }
 
 /* ------------------------------------------------------------------------ */
