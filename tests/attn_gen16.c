@@ -13,10 +13,12 @@
 #define ATTN_FWD_SCRATCH mha__attn_fwd_gen16_scratch
 #define ATTN_BWD mha__attn_bwd_gen16
 #define ATTN_BWD_SCRATCH mha__attn_bwd_gen16_scratch
+#define GEMM_PACKED mha__gemm_packed_gen16
 
 #include "kernels/attn_tunables.h"
 #include "kernels/attn_fwd_body.h"
 #include "kernels/attn_bwd_body.h"
+#include "kernels/gemm_body.h"
 #include "isa_variants.h"
 
 void vexp_array_gen16(const float *x, float *y, size_t n) {

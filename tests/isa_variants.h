@@ -20,6 +20,14 @@ size_t mha__attn_bwd_gen16_scratch(int64_t T, int64_t HD);
 void mha__attn_bwd_gen16(const mha__attn_bwd_args *a, float *scratch);
 size_t mha__attn_bwd_avx2w32_scratch(int64_t T, int64_t HD);
 void mha__attn_bwd_avx2w32(const mha__attn_bwd_args *a, float *scratch);
+/* The builtin packed GEMM (gemm_body.h) in the same two files: gen16 is
+ * mha__gemm_packed_avx512 on the emulation; avx2w32 must give its bits. */
+bool mha__gemm_packed_gen16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const float *A, int64_t lda, const float *B,
+                            int64_t ldb, float beta, float *C, int64_t ldc);
+bool mha__gemm_packed_avx2w32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              float alpha, const float *A, int64_t lda, const float *B,
+                              int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* y[0..n) = vf_exp(x[0..n)), n a multiple of 16, on each layer:
  * attn_gen16.c, vexp_avx2.c, vexp_avx512.c. */

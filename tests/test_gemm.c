@@ -1,46 +1,139 @@
-/* test_gemm.c — mha__sgemm and mha__sgemm_bias (CBLAS or builtin, split
- * over threads) against the reference loops: every transpose combination,
- * beta, bias, strided operands, odd sizes. */
+/* test_gemm.c — the GEMMs against the reference loops: every transpose
+ * combination, alpha, beta (0 with NaN in C: never read), bias, strided
+ * operands, odd sizes, k beyond one packed block.
+ *   1. mha__sgemm and mha__sgemm_bias (the build's backend, split over
+ *      threads; thread-count independence: test_threads);
+ *   2. the builtin packed GEMM of every layer directly (gemm_body.h: AVX2,
+ *      AVX-512 where the CPU has it, and the AVX-512 tunables on the 16-lane
+ *      emulation and on AVX2 registers, which must agree bit for bit), so
+ *      that builds on a BLAS test it too. */
 #include "kernels/kernels.h"
 #include "test_util.h"
+#if defined(MHA_HAVE_AVX2_KERNELS)
+#include "isa_variants.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
 
 static float frand(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f; }
 
-int main(void) {
-    srand(1);
-    static const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 48, 32}, {100, 70, 300}, {257, 130, 64}, {513, 96, 40}, {1030, 770, 33}};
-    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+static const int64_t sizes[][3] = {{1, 1, 1},       {3, 5, 7},      {17, 33, 65},   {64, 48, 32},
+                                   {100, 70, 300},  {257, 130, 64}, {513, 96, 40},  {1030, 770, 33},
+                                   {13, 37, 600},   {97, 800, 9},   {6, 16, 257}};
+enum { NSIZES = sizeof sizes / sizeof *sizes };
+
+typedef bool (*gemm_fn)(bool, bool, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                        const float *, int64_t, float, float *, int64_t);
+
+typedef struct {
+    int64_t M, N, K, lda, ldb, ldc;
+    float *A, *B, *C, *R, *bias;
+    size_t nc;
+} problem;
+
+static problem make(size_t s, int ta, int tb, int mode) {
+    problem p;
+    p.M = sizes[s][0], p.N = sizes[s][1], p.K = sizes[s][2];
+    p.lda = (ta ? p.M : p.K) + 3, p.ldb = (tb ? p.K : p.N) + 5, p.ldc = p.N + 2;
+    const size_t na = (size_t)((ta ? p.K : p.M) * p.lda), nb = (size_t)((tb ? p.N : p.K) * p.ldb);
+    p.nc = (size_t)(p.M * p.ldc);
+    p.A = malloc(na * 4), p.B = malloc(nb * 4), p.C = malloc(p.nc * 4), p.R = malloc(p.nc * 4);
+    p.bias = malloc((size_t)p.N * 4);
+    for (size_t i = 0; i < na; i++) p.A[i] = frand();
+    for (size_t i = 0; i < nb; i++) p.B[i] = frand();
+    for (size_t i = 0; i < p.nc; i++) p.C[i] = p.R[i] = mode == 0 ? NAN : frand(); /* beta 0 never reads C */
+    for (int64_t j = 0; j < p.N; j++) p.bias[j] = frand();
+    return p;
+}
+
+static void drop(problem *p) { free(p->A), free(p->B), free(p->C), free(p->R), free(p->bias); }
+
+/* max |C - R| over C's elements (the padding between rows untouched) */
+static float max_err(const problem *p) {
+    float err = 0.0f;
+    for (int64_t i = 0; i < p->M; i++)
+        for (int64_t j = 0; j < p->N; j++) {
+            const float d = fabsf(p->C[i * p->ldc + j] - p->R[i * p->ldc + j]);
+            err = d == d ? fmaxf(err, d) : INFINITY; /* NaN: an error */
+        }
+    for (int64_t i = 0; i < p->M; i++)
+        for (int64_t j = p->N; j < p->ldc; j++)
+            if (memcmp(&p->C[i * p->ldc + j], &p->R[i * p->ldc + j], 4)) return INFINITY;
+    return err;
+}
+
+/* 1. the library's GEMM entry points */
+static void check_entry_points(void) {
+    for (size_t s = 0; s < NSIZES; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 for (int mode = 0; mode < 3; mode++) { /* beta 0, beta 0.5, bias */
-                    const int64_t M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
-                    const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-                    const size_t na = (size_t)((ta ? K : M) * lda), nb = (size_t)((tb ? N : K) * ldb), nc = (size_t)(M * ldc);
-                    float *A = malloc(na * 4), *Bm = malloc(nb * 4), *C = malloc(nc * 4), *R = malloc(nc * 4), *bias = malloc((size_t)N * 4);
-                    for (size_t i = 0; i < na; i++) A[i] = frand();
-                    for (size_t i = 0; i < nb; i++) Bm[i] = frand();
-                    for (size_t i = 0; i < nc; i++) C[i] = R[i] = mode == 0 ? NAN : frand(); /* beta 0 never reads C */
-                    for (int64_t j = 0; j < N; j++) bias[j] = frand();
+                    problem p = make(s, ta, tb, mode);
                     if (mode == 2) {
-                        CHECK(mha__sgemm_bias(ta, tb, M, N, K, A, lda, Bm, ldb, bias, C, ldc) == MHA_OK, "sgemm_bias");
-                        mha__sgemm_ref(ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, 0.0f, R, ldc);
-                        for (int64_t i = 0; i < M; i++)
-                            for (int64_t j = 0; j < N; j++) R[i * ldc + j] += bias[j];
+                        CHECK(mha__sgemm_bias(ta, tb, p.M, p.N, p.K, p.A, p.lda, p.B, p.ldb, p.bias, p.C, p.ldc) == MHA_OK, "sgemm_bias");
+                        mha__sgemm_ref(ta, tb, p.M, p.N, p.K, 1.0f, p.A, p.lda, p.B, p.ldb, 0.0f, p.R, p.ldc);
+                        for (int64_t i = 0; i < p.M; i++)
+                            for (int64_t j = 0; j < p.N; j++) p.R[i * p.ldc + j] += p.bias[j];
                     } else {
                         const float beta = mode == 0 ? 0.0f : 0.5f;
-                        CHECK(mha__sgemm(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, C, ldc) == MHA_OK, "sgemm");
-                        mha__sgemm_ref(ta, tb, M, N, K, 0.75f, A, lda, Bm, ldb, beta, R, ldc);
+                        CHECK(mha__sgemm(ta, tb, p.M, p.N, p.K, 0.75f, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc) == MHA_OK, "sgemm");
+                        mha__sgemm_ref(ta, tb, p.M, p.N, p.K, 0.75f, p.A, p.lda, p.B, p.ldb, beta, p.R, p.ldc);
                     }
-                    float err = 0.0f;
-                    for (int64_t i = 0; i < M; i++)
-                        for (int64_t j = 0; j < N; j++) err = fmaxf(err, fabsf(C[i * ldc + j] - R[i * ldc + j]));
-                    CHECK(err <= 1e-5f * (float)K, "%lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g", (long long)M,
-                          (long long)N, (long long)K, ta, tb, mode, (double)err);
-                    free(A), free(Bm), free(C), free(R), free(bias);
+                    const float err = max_err(&p);
+                    CHECK(err <= 1e-5f * (float)p.K, "sgemm %lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g",
+                          (long long)p.M, (long long)p.N, (long long)p.K, ta, tb, mode, (double)err);
+                    drop(&p);
                 }
+}
+
+#if defined(MHA_HAVE_AVX2_KERNELS)
+/* 2. one packed GEMM against the reference; with `twin`, also bit for bit
+ * against it (the same body and tunables on another layer). */
+static void check_packed(const char *name, gemm_fn f, const char *twin_name, gemm_fn twin) {
+    int checked = 0;
+    for (size_t s = 0; s < NSIZES; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int mode = 0; mode < 2; mode++) { /* beta 0 (C NaN), alpha 0.75 beta 0.5 */
+                    problem p = make(s, ta, tb, mode);
+                    const float alpha = mode == 0 ? 1.0f : 0.75f, beta = mode == 0 ? 0.0f : 0.5f;
+                    float *C0 = malloc(p.nc * 4);
+                    memcpy(C0, p.C, p.nc * 4);
+                    CHECK(f(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc), "%s ran", name);
+                    mha__sgemm_ref(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.R, p.ldc);
+                    const float err = max_err(&p);
+                    CHECK(err <= 1e-5f * (float)p.K, "%s %lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g", name,
+                          (long long)p.M, (long long)p.N, (long long)p.K, ta, tb, mode, (double)err);
+                    if (twin) {
+                        CHECK(twin(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, C0, p.ldc), "%s ran", twin_name);
+                        CHECK(memcmp(C0, p.C, p.nc * 4) == 0, "%s and %s differ at %lldx%lldx%lld ta=%d tb=%d mode=%d",
+                              name, twin_name, (long long)p.M, (long long)p.N, (long long)p.K, ta, tb, mode);
+                    }
+                    free(C0);
+                    drop(&p);
+                    checked++;
+                }
+    printf("test_gemm: packed GEMM %s: %d problems%s%s\n", name, checked, twin ? ", bit for bit with " : "",
+           twin ? twin_name : "");
+}
+#endif
+
+int main(void) {
+    srand(1);
+    check_entry_points();
     printf("test_gemm: GEMM backend %s (thread-count independence: test_threads)\n", mha_runtime_blas());
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (mha__cpu()->avx2) {
+        check_packed("avx2", mha__gemm_packed_avx2, NULL, NULL);
+        check_packed("gen16 (AVX-512's body, emulated)", mha__gemm_packed_gen16, "avx2w32", mha__gemm_packed_avx2w32);
+#if defined(MHA_HAVE_AVX512_KERNELS)
+        if (mha__cpu()->avx512)
+            check_packed("avx512", mha__gemm_packed_avx512, "gen16", mha__gemm_packed_gen16);
+#endif
+    } else {
+        printf("test_gemm: no AVX2 on this CPU: the packed GEMMs not run\n");
+    }
+#endif
     return TEST_END("test_gemm");
 }

@@ -97,14 +97,15 @@ VINL void qk_group(const int mr, const float *k, int64_t ldk, const float *qt, i
 }
 
 /* ot[m][0:PW] += sum_{j < n} v[j][m] pt[j][0:PW] for mr output dims (v
- * points at V[k0] + c0, so the broadcasts read v + j*ldv + m). */
+ * points at V[k0] + c0, so the broadcasts read v + j*ldv + m); with
+ * from_zero, ot = the sum (ot not read). */
 VINL void pv_group(const int mr, const float *v, int64_t ldv, const float *pt, int64_t n,
-                   float *ot) {
+                   float *ot, const bool from_zero) {
     vf c[PV_MR][NV];
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NV; u++) c[m][u] = vf_load(ot + m * PW + VW * u);
+        for (int u = 0; u < NV; u++) c[m][u] = from_zero ? vf_zero() : vf_load(ot + m * PW + VW * u);
     for (int64_t j = 0; j < n; j++) {
         vf b[NV];
 #pragma GCC unroll 4
@@ -180,7 +181,7 @@ static void pv_panel(const float *v, int64_t ldv, const float *pt, int64_t n, in
         const int mr = (int)(sp.base + (i < sp.rem));
         const float *vc = v + c;
         float *oc = ot + c * PW;
-#define PV_CALL(M) pv_group(M, vc, ldv, pt, n, oc)
+#define PV_CALL(M) pv_group(M, vc, ldv, pt, n, oc, false)
         MR_SWITCH(mr, PV_MR, PV_CALL)
 #undef PV_CALL
         c += mr;

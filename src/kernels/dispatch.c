@@ -49,10 +49,18 @@ static void fill_ref(mha__kernels *k) {
     k->gemm = mha__sgemm_ref;
 }
 
+/* The fast tables' GEMM: the BLAS backend of this build, or without one
+ * the builtin packed GEMM of the table's ISA (gemm_body.h). */
+#if defined(MHA_HAVE_ONEDNN) || defined(MHA_HAVE_OPENBLAS)
+#define GEMM_OF(sfx) mha__sgemm_backend
+#else
+#define GEMM_OF(sfx) mha__gemm_packed_##sfx
+#endif
+
 #if defined(MHA_HAVE_AVX2_KERNELS)
 static void fill_avx2(mha__kernels *k) {
     FILL_SET(k, MHA_ISA_AVX2, avx2);
-    k->gemm = mha__sgemm_backend;
+    k->gemm = GEMM_OF(avx2);
 }
 #endif
 
@@ -68,6 +76,7 @@ static void fill_avx512(mha__kernels *k) {
     k->layernorm = mha__layernorm_avx512;
     k->bias_gelu = mha__bias_gelu_avx512;
     k->residual_add = mha__residual_add_avx512;
+    k->gemm = GEMM_OF(avx512);
     /* the generator's AVX2 kernels are memory-bound; no AVX-512 versions */
 }
 #endif
@@ -147,5 +156,7 @@ mha_status mha_runtime_set_isa(const char *name) {
 
 const char *mha_runtime_blas(void) {
     const mha__kernels *k = mha__kernels_active();
-    return k->gemm == mha__sgemm_ref ? "ref" : mha__sgemm_backend_name();
+    if (k->gemm == mha__sgemm_ref) return "ref";
+    if (k->gemm != mha__sgemm_backend) return k->isa == MHA_ISA_AVX512 ? "builtin (avx512)" : "builtin (avx2)";
+    return mha__sgemm_backend_name();
 }

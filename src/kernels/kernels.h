@@ -204,6 +204,22 @@ size_t mha__attn_bwd_avx512_scratch(int64_t T, int64_t HD);
 void mha__attn_bwd_avx512(const mha__attn_bwd_args *a, float *scratch);
 #endif
 
+/* ---- the builtin GEMM backend ---------------------------------------------
+ * gemm_body.h's packed GEMM (Goto/BLIS loop nest on the attention's
+ * register-tile micro-kernel), one thread, mha__gemm_fn's contract; false
+ * only when its packing buffer (about 1 MB) cannot be allocated. The fast
+ * tables' gemm in builds without a BLAS (-DMHA_BLAS=builtin). */
+#if defined(MHA_HAVE_AVX2_KERNELS)
+bool mha__gemm_packed_avx2(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           float alpha, const float *A, int64_t lda, const float *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc);
+#endif
+#if defined(MHA_HAVE_AVX512_KERNELS)
+bool mha__gemm_packed_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             float alpha, const float *A, int64_t lda, const float *B,
+                             int64_t ldb, float beta, float *C, int64_t ldc);
+#endif
+
 /* ---- GEMV ----------------------------------------------------------------
  * y[n] = sum_k W[n][k] x[k] (+ bias[n]) for n < N: the M = 1 GEMM of decoding
  * (x W^T with nn.Linear's (N, K) weight). Single-threaded; mha__sgemm splits
