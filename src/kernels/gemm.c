@@ -410,18 +410,23 @@ static void cut(int64_t n, int64_t target, int64_t *size, int64_t *count) {
 
 /* A function of the shape only: never of the thread count. Smaller GEMMs
  * get smaller tiles (down to 64 x 128) so that they still split into at
- * least 4 (more tiles cost packing; fewer leave cores idle). */
+ * least 4, and large ones into at least 12 (more tiles cost packing; fewer
+ * leave cores idle: the tiles are equal, so a count that 2, 3 and 4
+ * threads do not divide, like the 5 of a 2304 x 768 weight gradient,
+ * left one of 2 cores idle for a sixth of the product). */
 static tile_plan plan_tiles(int64_t M, int64_t N, int64_t K) {
     tile_plan p;
     int64_t tm = MHA_GEMM_TILE_M, tn = MHA_GEMM_TILE_N;
-    if ((double)M * (double)N * (double)K < 2e6) { /* one call: not worth splitting */
+    const double work = (double)M * (double)N * (double)K;
+    if (work < 2e6) { /* one call: not worth splitting */
         p.mb = M, p.nb = N, p.nm = 1, p.nn = 1;
         return p;
     }
+    const int64_t want = work >= 1e8 ? 12 : 4;
     for (;;) {
         cut(M, tm, &p.mb, &p.nm);
         cut(N, tn, &p.nb, &p.nn);
-        if (p.nm * p.nn >= 4 || (tm <= 64 && tn <= 128)) break;
+        if (p.nm * p.nn >= want || (tm <= 64 && tn <= 128)) break;
         if (tm > 64 && (tm >= tn || tn <= 128)) tm /= 2;
         else tn /= 2;
     }
