@@ -18,15 +18,36 @@ scripts/deps.sh --test
 jobs=$(nproc)
 warn="-DMHA_WERROR=ON"
 
+# Where the time goes: each step's wall seconds and its children's CPU
+# seconds (user + sys, from bash's times), printed as a table at the end.
+table=()
+times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
+cpu_s() { # sets cpu: the CPU seconds of this shell's finished children
+  times >"$times_file" # not in a subshell, which would count its own
+  cpu=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$times_file")
+}
+step_t0=0 step_c0=0
+step_start() { step_t0=$EPOCHREALTIME; cpu_s; step_c0=$cpu; }
+step_end() { # label
+  cpu_s
+  table+=("$(awk -v l="$1" -v a="$step_t0" -v b="$EPOCHREALTIME" -v c="$step_c0" -v d="$cpu" \
+    'BEGIN { printf "%-48s %7.0f %7.0f", l, b - a, d - c }')")
+}
+
 run() { # name, build dir, env..., -- cmake args
   local name=$1 dir=$2; shift 2
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   echo "=== $name"
+  step_start
   cmake -S . -B "$dir" $warn "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
+  step_end "  build $dir"
+  step_start
   (cd "$dir" && env "${envs[@]}" ctest --output-on-failure -j"$jobs")
+  step_end "  ctest: $name"
 }
 
 run "release" build-test -- -DCMAKE_BUILD_TYPE=Release
@@ -42,6 +63,12 @@ fi
 # RelWithDebInfo: debug assertions on, and line numbers for valgrind
 run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
 echo "=== valgrind memcheck (the no-OpenMP build)"
+step_start
 scripts/valgrind.sh build-test-noomp
+step_end "  valgrind.sh build-test-noomp"
 run "ASan+UBSan" build-test-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
 echo "all test configurations passed"
+printf '%-48s %7s %7s\n' "step" "wall s" "CPU s"
+printf '%s\n' "${table[@]}"
+cpu_s
+awk -v t="$SECONDS" -v c="$cpu" 'BEGIN { printf "%-48s %7d %7.0f\n", "total", t, c }'
