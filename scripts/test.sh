@@ -18,15 +18,36 @@ scripts/deps.sh --test
 jobs=$(nproc)
 warn="-DMHA_WERROR=ON"
 
+# Where the time goes: each step's wall seconds and its children's CPU
+# seconds (user + sys, from bash's times), printed as a table at the end.
+table=()
+times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
+cpu_s() { # sets cpu: the CPU seconds of this shell's finished children
+  times >"$times_file" # not in a subshell, which would count its own
+  cpu=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$times_file")
+}
+step_t0=0 step_c0=0
+step_start() { step_t0=$EPOCHREALTIME; cpu_s; step_c0=$cpu; }
+step_end() { # label
+  cpu_s
+  table+=("$(awk -v l="$1" -v a="$step_t0" -v b="$EPOCHREALTIME" -v c="$step_c0" -v d="$cpu" \
+    'BEGIN { printf "%-48s %7.0f %7.0f", l, b - a, d - c }')")
+}
+
 run() { # name, build dir, env..., -- cmake args
   local name=$1 dir=$2; shift 2
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   echo "=== $name"
+  step_start
   cmake -S . -B "$dir" $warn "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
+  step_end "  build $dir"
+  step_start
   (cd "$dir" && env "${envs[@]}" ctest --output-on-failure -j"$jobs")
+  step_end "  ctest: $name"
 }
 
 run "release" build-test -- -DCMAKE_BUILD_TYPE=Release
@@ -41,7 +62,27 @@ else
 fi
 # RelWithDebInfo: debug assertions on, and line numbers for valgrind
 run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
-echo "=== valgrind memcheck (the no-OpenMP build)"
-scripts/valgrind.sh build-test-noomp
+# valgrind.sh runs one program at a time, on one core, for two minutes:
+# beside the sanitizer build and its tests, with its output held back and
+# printed after them. Its CPU seconds are its own (times in its subshell);
+# the ASan rows include them too, bash counts a child when it reaps it.
+vg_out=$(mktemp)
+trap 'rm -f "$times_file" "$vg_out" "$vg_out.times"' EXIT
+vg_t0=$EPOCHREALTIME
+( rc=0; scripts/valgrind.sh build-test-noomp || rc=$?
+  times >"$vg_out.times"; echo "valgrind_wall $vg_t0 $EPOCHREALTIME"; exit $rc ) >"$vg_out" 2>&1 &
+vg_pid=$!
 run "ASan+UBSan" build-test-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
+echo "=== valgrind memcheck (the no-OpenMP build; it ran beside ASan+UBSan)"
+vg_rc=0
+wait "$vg_pid" || vg_rc=$?
+grep -v '^valgrind_wall ' "$vg_out" || true
+vg_cpu=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$vg_out.times" 2>/dev/null || echo 0)
+table+=("$(awk -v l="  valgrind.sh build-test-noomp (beside ASan)" -v c="$vg_cpu" \
+  '/^valgrind_wall / { printf "%-48s %7.0f %7.0f", l, $3 - $2, c }' "$vg_out")")
+[ "$vg_rc" -eq 0 ] || { echo "valgrind.sh failed"; exit 1; }
 echo "all test configurations passed"
+printf '%-48s %7s %7s\n' "step" "wall s" "CPU s"
+printf '%s\n' "${table[@]}"
+cpu_s
+awk -v t="$SECONDS" -v c="$cpu" 'BEGIN { printf "%-48s %7d %7.0f\n", "total", t, c }'

@@ -253,8 +253,12 @@ def check_124m(binary, tmp):
     want = [15496, 11, 314, 716, 27018, 24086, 47843, 30961, 42348, 7267, 49706, 43231, 47062, 34657]
     import json
     text = "Hello, I am Featureiman Byeswickattribute argue logger Normandy Compton analogous"
+    # one thread for these two: under ctest -j beside another test, two
+    # threads decoding wait on each other most of the time (and spin, with
+    # MHA_ISA=ref 9 s of CPU where one takes 6); the streamed run below keeps
+    # the default count, and the bits do not depend on it (cli_threads)
     for flags in (["--ids", "15496,11,314,716"], ["--prompt", "Hello, I am", "--no-kv-cache"]):
-        rc, out, err = run([binary, "generate", f, "--max-new-tokens", 10, "--json"] + flags)
+        rc, out, err = run([binary, "generate", f, "--max-new-tokens", 10, "--json", "--threads", 1] + flags)
         res = json.loads(out.strip().splitlines()[-1]) if rc == 0 else {}
         if res.get("ids") != want or res.get("text") != text:
             fail("seed 123 %s: got %s, want %s and %r (%s)" % (flags, res, want, text, err.strip()))
