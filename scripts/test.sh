@@ -22,10 +22,14 @@ warn="-DMHA_WERROR=ON"
 # seconds (user + sys, from bash's times), printed as a table at the end.
 table=()
 times_file=$(mktemp)
-trap 'rm -f "$times_file"' EXIT
+vg_out=$(mktemp)
+trap 'rm -f "$times_file" "$vg_out" "$vg_out.times"' EXIT
+children_cpu() { # file holding bash's `times`: its children's user + sys seconds
+  awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$1"
+}
 cpu_s() { # sets cpu: the CPU seconds of this shell's finished children
   times >"$times_file" # not in a subshell, which would count its own
-  cpu=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$times_file")
+  cpu=$(children_cpu "$times_file")
 }
 step_t0=0 step_c0=0
 step_start() { step_t0=$EPOCHREALTIME; cpu_s; step_c0=$cpu; }
@@ -66,8 +70,6 @@ run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -
 # beside the sanitizer build and its tests, with its output held back and
 # printed after them. Its CPU seconds are its own (times in its subshell);
 # the ASan rows include them too, bash counts a child when it reaps it.
-vg_out=$(mktemp)
-trap 'rm -f "$times_file" "$vg_out" "$vg_out.times"' EXIT
 vg_t0=$EPOCHREALTIME
 ( rc=0; scripts/valgrind.sh build-test-noomp || rc=$?
   times >"$vg_out.times"; echo "valgrind_wall $vg_t0 $EPOCHREALTIME"; exit $rc ) >"$vg_out" 2>&1 &
@@ -77,7 +79,7 @@ echo "=== valgrind memcheck (the no-OpenMP build; it ran beside ASan+UBSan)"
 vg_rc=0
 wait "$vg_pid" || vg_rc=$?
 grep -v '^valgrind_wall ' "$vg_out" || true
-vg_cpu=$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$vg_out.times" 2>/dev/null || echo 0)
+vg_cpu=$(children_cpu "$vg_out.times" 2>/dev/null || echo 0)
 table+=("$(awk -v l="  valgrind.sh build-test-noomp (beside ASan)" -v c="$vg_cpu" \
   '/^valgrind_wall / { printf "%-48s %7.0f %7.0f", l, $3 - $2, c }' "$vg_out")")
 [ "$vg_rc" -eq 0 ] || { echo "valgrind.sh failed"; exit 1; }

@@ -96,6 +96,16 @@ VINL void gemm_pack_n(const float *x, int64_t ld, int n, const int W, int64_t k,
     }
 }
 
+/* A panel of n (<= W) rows of op(A) or columns of op(B), k in [p0, p0 + kc),
+ * starting at row / column idx of op(X), into out[p * W + i]: k_contig
+ * says whether X stores that operand contiguous along k (A as is, B
+ * transposed) or along the panel (A transposed, B as is). */
+VINL void gemm_pack(const float *x, int64_t ld, bool k_contig, int64_t idx, int64_t p0, int n,
+                    const int W, int64_t kc, float *out) {
+    if (k_contig) gemm_pack_t(x + idx * ld + p0, ld, n, W, kc, out);
+    else gemm_pack_n(x + p0 * ld + idx, ld, n, W, kc, out);
+}
+
 /* C[r][c] (r < m, c < n of the register tile t[MR][NR]) = alpha t + beta C
  * on the first KC block (beta == 0: C not read), C + alpha t after. */
 static void gemm_store(const float *t, int m, int n, float alpha, float beta, bool first,
@@ -130,7 +140,8 @@ bool GEMM_PACKED(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
     }
     const int64_t nc_max = N < G_NC ? (N + G_NR - 1) / G_NR * G_NR : G_NC;
     const int64_t kc_max = K < G_KC ? K : G_KC;
-    /* A block + 8 floats of maskstore slack, B block, the register tile */
+    /* A block, B block, the register tile, each rounded up to 16 floats,
+     * and 16 floats to align the first to 64 bytes */
     const size_t na = (size_t)(G_MC * kc_max), nb = (size_t)(nc_max * kc_max);
     float *buf = mha__alloc((na + nb + (size_t)(G_MR * G_NR) + 48u) * sizeof(float));
     if (!buf) return false;
@@ -144,17 +155,13 @@ bool GEMM_PACKED(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
             const int64_t kc = K - p0 < G_KC ? K - p0 : G_KC;
             for (int64_t jr = 0; jr < nc; jr += G_NR) {
                 const int nr = (int)(nc - jr < G_NR ? nc - jr : G_NR);
-                const int64_t j = j0 + jr;
-                if (trans_b) gemm_pack_t(B + j * ldb + p0, ldb, nr, G_NR, kc, pb + jr * kc);
-                else gemm_pack_n(B + p0 * ldb + j, ldb, nr, G_NR, kc, pb + jr * kc);
+                gemm_pack(B, ldb, trans_b, j0 + jr, p0, nr, G_NR, kc, pb + jr * kc);
             }
             for (int64_t i0 = 0; i0 < M; i0 += G_MC) {
                 const int64_t mc = M - i0 < G_MC ? M - i0 : G_MC;
                 for (int64_t ir = 0; ir < mc; ir += G_MR) {
                     const int mr = (int)(mc - ir < G_MR ? mc - ir : G_MR);
-                    const int64_t i = i0 + ir;
-                    if (trans_a) gemm_pack_n(A + p0 * lda + i, lda, mr, G_MR, kc, pa + ir * kc);
-                    else gemm_pack_t(A + i * lda + p0, lda, mr, G_MR, kc, pa + ir * kc);
+                    gemm_pack(A, lda, !trans_a, i0 + ir, p0, mr, G_MR, kc, pa + ir * kc);
                 }
                 for (int64_t jr = 0; jr < nc; jr += G_NR) {
                     const int nr = (int)(nc - jr < G_NR ? nc - jr : G_NR);
