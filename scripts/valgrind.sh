@@ -11,7 +11,9 @@
 # What runs, each under memcheck:
 #   - tests/test_api_tour (every public function), with the best kernels
 #     and with MHA_ISA=ref; tests/test_book (the book's numbers),
-#     tests/test_modules and tests/test_backward (their error paths);
+#     tests/test_modules and tests/test_backward (their error paths;
+#     test_backward --quick, without its 520-row finite differences, which
+#     are its own double oracle's time and run in every build's ctest);
 #   - each mha command once: help, version, demo, trace (and --svg), init
 #     (a module and a GPTModel), run and grad (eval and --train), train,
 #     generate (KV cache and not, sampling), tokenize (and --decode), bench
@@ -76,7 +78,7 @@ run "API tour" "$build/tests/test_api_tour"
 MHA_ISA=ref run "API tour, reference kernels" "$build/tests/test_api_tour"
 run "the book's numbers" "$build/tests/test_book"
 run "modules: errors, workspaces, traced forward" "$build/tests/test_modules"
-run "backward: errors, the tape, every kernel set" "$build/tests/test_backward"
+run "backward: errors, the tape, every kernel set" "$build/tests/test_backward" --quick
 
 # 3. every command
 mha=$build/mha
