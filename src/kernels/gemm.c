@@ -41,48 +41,64 @@ static inline float at(const float *X, int64_t ld, bool trans, int64_t i, int64_
     return trans ? X[j * ld + i] : X[i * ld + j];
 }
 
+/* The reference: element (i, j) of C is alpha times the sum over p = 0, 1,
+ * ..., K-1, in that order, of op(A)[i][p] * op(B)[p][j], each product and
+ * sum rounded to float, plus beta * C[i][j] unless beta is 0 (then C is not
+ * read). Blocked so that the sums of several elements run side by side,
+ * each still one element's sum in order: the bits are those of the plain
+ * triple loop (tests/test_gemm.c checks them against one). It is also the
+ * builtin backend's kernel where the packed one does not run. */
+static inline void ref_store(float *c, float acc, float alpha, float beta) {
+    *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+/* op(B) = B^T, B's rows contiguous along p: MR x NR sums in registers over
+ * MR rows of op(A) and NR rows of B (mr, nr: compile-time in the main case) */
+static inline void ref_block_bt(int64_t mr, int64_t nr, bool trans_a, int64_t i0, int64_t j0,
+                                int64_t K, float alpha, const float *A, int64_t lda,
+                                const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    enum { MR = 2, NR = 4 };
+    float acc[MR][NR] = {{0.0f}};
+    for (int64_t p = 0; p < K; p++)
+        for (int64_t r = 0; r < mr; r++) {
+            const float a = at(A, lda, trans_a, i0 + r, p);
+            for (int64_t c = 0; c < nr; c++) acc[r][c] += a * B[(j0 + c) * ldb + p];
+        }
+    for (int64_t r = 0; r < mr; r++)
+        for (int64_t c = 0; c < nr; c++) ref_store(&C[(i0 + r) * ldc + j0 + c], acc[r][c], alpha, beta);
+}
+
 bool mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                     float alpha, const float *A, int64_t lda, const float *B,
                     int64_t ldb, float beta, float *C, int64_t ldc) {
-    for (int64_t i = 0; i < M; i++) {
-        for (int64_t j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int64_t p = 0; p < K; p++)
-                acc += at(A, lda, trans_a, i, p) * at(B, ldb, trans_b, p, j);
-            float *c = &C[i * ldc + j];
-            *c = (beta == 0.0f) ? alpha * acc : alpha * acc + beta * *c;
-        }
+    if (trans_b) {
+        for (int64_t i = 0; i < M; i += 2)
+            for (int64_t j = 0; j < N; j += 4) {
+                if (i + 2 <= M && j + 4 <= N)
+                    ref_block_bt(2, 4, trans_a, i, j, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                else
+                    ref_block_bt(M - i < 2 ? M - i : 2, N - j < 4 ? N - j : 4, trans_a, i, j, K,
+                                 alpha, A, lda, B, ldb, beta, C, ldc);
+            }
+        return true;
     }
-    return true;
-}
-
-/* Portable blocked kernel for builds without BLAS: the inner loop is an
- * axpy over a block of C's row that the compiler vectorises. */
-static void sgemm_builtin(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                          float alpha, const float *A, int64_t lda, const float *B,
-                          int64_t ldb, float beta, float *C, int64_t ldc) {
+    /* op(B) = B, its rows along j: NB sums of one row of C, an axpy per p
+     * that the compiler vectorises (a lane per element) */
     enum { NB = 256 };
     float acc[NB];
     for (int64_t j0 = 0; j0 < N; j0 += NB) {
-        int64_t nb = N - j0 < NB ? N - j0 : NB;
+        const int64_t nb = N - j0 < NB ? N - j0 : NB;
         for (int64_t i = 0; i < M; i++) {
             for (int64_t j = 0; j < nb; j++) acc[j] = 0.0f;
             for (int64_t p = 0; p < K; p++) {
-                float a = at(A, lda, trans_a, i, p);
-                if (!trans_b) {
-                    const float *b = &B[p * ldb + j0];
-                    for (int64_t j = 0; j < nb; j++) acc[j] += a * b[j];
-                } else {
-                    for (int64_t j = 0; j < nb; j++) acc[j] += a * B[(j0 + j) * ldb + p];
-                }
+                const float a = at(A, lda, trans_a, i, p);
+                const float *b = &B[p * ldb + j0];
+                for (int64_t j = 0; j < nb; j++) acc[j] += a * b[j];
             }
-            float *c = &C[i * ldc + j0];
-            if (beta == 0.0f)
-                for (int64_t j = 0; j < nb; j++) c[j] = alpha * acc[j];
-            else
-                for (int64_t j = 0; j < nb; j++) c[j] = alpha * acc[j] + beta * c[j];
+            for (int64_t j = 0; j < nb; j++) ref_store(&C[i * ldc + j0 + j], acc[j], alpha, beta);
         }
     }
+    return true;
 }
 
 /* ---- the backend ----------------------------------------------------------- */
@@ -375,8 +391,7 @@ bool mha__sgemm_backend(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
     case BACKEND_NOMEM: return false;
     case BACKEND_CANNOT: break;
     }
-    sgemm_builtin(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return true;
+    return mha__sgemm_ref(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- tiles ------------------------------------------------------------------- */

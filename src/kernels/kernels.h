@@ -42,7 +42,7 @@ MHA_NODISCARD mha_status mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, 
                                          int64_t K, const float *A, int64_t lda,
                                          const float *B, int64_t ldb, const float *bias,
                                          float *C, int64_t ldc);
-/* The portable reference (plain loops, single thread). */
+/* The portable reference (plain loops in a fixed order, single thread). */
 bool mha__sgemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N,
                     int64_t K, float alpha, const float *A, int64_t lda,
                     const float *B, int64_t ldb, float beta, float *C,
