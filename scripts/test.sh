@@ -3,7 +3,8 @@
 #   1. the release build (best kernels for this CPU, oneDNN GEMMs, OpenMP),
 #   2. the same build with the reference kernels forced (MHA_ISA=ref),
 #      without the tests that name their kernels or compute nothing through
-#      them (label env-independent; also left out of run 3),
+#      them (label env-independent; also left out of run 3, with those
+#      that call no GEMM, label no-gemm),
 #      (and with the AVX2 kernels forced, MHA_ISA=avx2, on AVX-512 CPUs),
 #   3. the OpenBLAS GEMM backend, run under OPENBLAS_CORETYPE=Haswell on
 #      AVX2 CPUs (as some hosts set it; its kernels must not make results
@@ -87,7 +88,7 @@ if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
   ctest_extra=("${same_tests[@]}")
   run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test MHA_ISA=avx2 --
 fi
-ctest_extra=("${same_tests[@]}")
+ctest_extra=(-LE "env-independent|no-gemm") # and those that call no GEMM
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
   run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas OPENBLAS_CORETYPE=Haswell -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 else

@@ -130,6 +130,23 @@ def read(path):
     return t, m
 
 
+def header(path):
+    """The JSON header of a file, read without its data (for files too big
+    to parse whole); raises ValueError unless the last tensor ends at the
+    end of the file."""
+    import os
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError("file shorter than 8 bytes")
+        (n,) = struct.unpack("<Q", head)
+        h = json.loads(f.read(n).decode("utf-8"))
+    end = max((info["data_offsets"][1] for k, info in h.items() if k != "__metadata__"), default=0)
+    if 8 + n + end != os.path.getsize(path):
+        raise ValueError("the data does not end at the end of the file")
+    return h
+
+
 def find_bin(cli=None):
     """The mha binary: $MHA_BIN (set by ctest), then cli, then build*/mha."""
     import glob
