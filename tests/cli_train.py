@@ -11,6 +11,8 @@ errors are one line.
   4. mha run takes model.safetensors;
   5. bad settings and a resume with other settings fail with one line on
      stderr and exit status 1.
+With --sanitized (the ASan+UBSan build) step 1 runs 60 steps and does not
+ask for the learning: the loop is the same, the other builds check the loss.
 """
 import os
 import subprocess
@@ -46,20 +48,29 @@ def read(path):
 
 
 def main():
+    sanitized = sys.argv[1:] == ["--sanitized"]
+    if sys.argv[1:] and not sanitized:
+        print("usage: cli_train.py [--sanitized]")
+        return 2
     binary = st.find_bin(None)
     with tempfile.TemporaryDirectory(prefix="mha_train_") as tmp:
         a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
-        rc, out, err = run(binary, "train", "--steps", "600", "--out", a, threads=1)
+        steps = 60 if sanitized else 600
+        rc, out, err = run(binary, "train", "--steps", str(steps), "--out", a, threads=1)
         check(rc == 0, "train exit %d: %s" % (rc, err))
         print(out.strip().splitlines()[-2] if out.strip() else "(no output)")
         tensors, meta = st.read(os.path.join(a, "train.safetensors"))
         loss = tensors["loss"]
-        check(loss.shape == (600,), "loss curve shape %s" % (loss.shape,))
+        check(loss.shape == (steps,), "loss curve shape %s" % (loss.shape,))
         check(loss[:10].mean() > 2.0, "first losses %s" % loss[:10])
-        check(loss[-20:].mean() < 0.2, "last losses mean %.4f, want < 0.2" % loss[-20:].mean())
         held = [l for l in out.splitlines() if l.startswith("held-out")]
-        check(held and float(held[0].split("accuracy ")[1].split("%")[0]) > 95.0, "held-out line: %s" % held)
-        check(meta.get("step") == "600" and meta.get("lag") == "3", "metadata %s" % meta)
+        if sanitized:
+            print("sanitizer build: %d steps, the learning is checked by the other builds" % steps)
+            check(bool(held), "no held-out line in %r" % out)
+        else:
+            check(loss[-20:].mean() < 0.2, "last losses mean %.4f, want < 0.2" % loss[-20:].mean())
+            check(held and float(held[0].split("accuracy ")[1].split("%")[0]) > 95.0, "held-out line: %s" % held)
+        check(meta.get("step") == str(steps) and meta.get("lag") == "3", "metadata %s" % meta)
 
         c = os.path.join(tmp, "c")
         rc, _, err = run(binary, "train", "--steps", "200", "--out", c, threads=2)
