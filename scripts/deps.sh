@@ -11,8 +11,9 @@ if [ $test = 1 ]; then
   # chromium: the SVG pictures rendered headless (tests/svg_browser.py);
   # pytest and pip: the Python binding's tests and its offline install
   pkgs+=(python3 python3-torch python3-numpy chromium python3-pytest python3-pip)
-  # valgrind: memcheck over the API and the CLI (scripts/valgrind.sh)
-  pkgs+=(valgrind)
+  # valgrind: memcheck over the API and the CLI (scripts/valgrind.sh);
+  # ccache: scripts/test.sh's builds share their identical objects
+  pkgs+=(valgrind ccache)
   # node and npm from Debian unless the machine has them already (from
   # NodeSource, say, whose nodejs package conflicts with Debian's npm).
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)

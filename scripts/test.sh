@@ -13,8 +13,9 @@
 #      assertions; then that build's API tour and every CLI command under
 #      valgrind memcheck (scripts/valgrind.sh),
 #   5. under AddressSanitizer + UndefinedBehaviorSanitizer.
-# The environment is otherwise left as the user has it (OMP_WAIT_POLICY and
-# TMPDIR are set only where they are unset, see below).
+# The environment is otherwise left as the user has it (OMP_WAIT_POLICY,
+# TMPDIR and ccache's CCACHE_DIR and CCACHE_BASEDIR are set only where they
+# are unset, see below).
 # Exits non-zero if any test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,16 @@ if [ -z "${TMPDIR:-}" ] && [ -w /dev/shm ] &&
   export TMPDIR=/dev/shm
 fi
 warn="-DMHA_WERROR=ON"
+# A compiler cache for the suite's builds, in its own directory unless the
+# user has one: the OpenBLAS build's objects are the release build's but for
+# gemm.c and dispatch.c, and a second run of the suite recompiles nothing
+# that did not change.
+launcher=(-DCMAKE_C_COMPILER_LAUNCHER=) # none (and none left from a run that had one)
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  export CCACHE_DIR=${CCACHE_DIR:-$PWD/build-ccache}
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} # source paths relative: build dirs share
+fi
 
 # Where the time goes: each step's wall seconds and its children's CPU
 # seconds (user + sys, from bash's times), printed as a table at the end.
@@ -72,7 +83,7 @@ run() { # name, build dir, env..., -- cmake args
   shift
   echo "=== $name"
   step_start
-  cmake -S . -B "$dir" $warn "$@" >/dev/null
+  cmake -S . -B "$dir" $warn "${launcher[@]}" "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
   step_end "  build $dir"
   step_start
