@@ -68,17 +68,14 @@ step_end() { # label
     'BEGIN { printf "%-48s %7.0f %7.0f", l, b - a, d - c }')")
 }
 
-# ctest's extra arguments for the next run() only
-ctest_extra=()
 # The runs that change only the environment or the GEMM backend leave out
 # the tests labelled env-independent (tests/CMakeLists.txt): they name their
 # kernels or compute nothing through the kernel layer, so they would repeat
-# the release run bit for bit.
-same_tests=(-LE env-independent)
-
-run() { # name, build dir, env..., -- cmake args
-  local name=$1 dir=$2; shift 2
-  local envs=()
+# the release run bit for bit; the OpenBLAS run also those labelled no-gemm.
+run() { # name, build dir, labels to leave out (a regex, or ""), env..., -- cmake args
+  local name=$1 dir=$2 skip=$3; shift 3
+  local envs=() leave_out=()
+  [ -z "$skip" ] || leave_out=(-LE "$skip")
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
   echo "=== $name"
@@ -87,26 +84,22 @@ run() { # name, build dir, env..., -- cmake args
   cmake --build "$dir" -j"$jobs" >/dev/null
   step_end "  build $dir"
   step_start
-  (cd "$dir" && env "${envs[@]}" ctest --output-on-failure -j"$jobs" "${ctest_extra[@]}")
-  ctest_extra=()
+  (cd "$dir" && env "${envs[@]}" ctest --output-on-failure -j"$jobs" "${leave_out[@]}")
   step_end "  ctest: $name"
 }
 
-run "release" build-test -- -DCMAKE_BUILD_TYPE=Release
-ctest_extra=("${same_tests[@]}")
-run "reference kernels (MHA_ISA=ref)" build-test MHA_ISA=ref --
+run "release" build-test "" -- -DCMAKE_BUILD_TYPE=Release
+run "reference kernels (MHA_ISA=ref)" build-test env-independent MHA_ISA=ref --
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  ctest_extra=("${same_tests[@]}")
-  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test MHA_ISA=avx2 --
+  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test env-independent MHA_ISA=avx2 --
 fi
-ctest_extra=(-LE "env-independent|no-gemm") # and those that call no GEMM
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-  run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas OPENBLAS_CORETYPE=Haswell -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
+  run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas "env-independent|no-gemm" OPENBLAS_CORETYPE=Haswell -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 else
-  run "OpenBLAS backend" build-test-openblas -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
+  run "OpenBLAS backend" build-test-openblas "env-independent|no-gemm" -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 fi
 # RelWithDebInfo: debug assertions on, and line numbers for valgrind
-run "no OpenMP, no BLAS" build-test-noomp -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
+run "no OpenMP, no BLAS" build-test-noomp "" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
 # valgrind.sh runs one program at a time, on one core, for two minutes:
 # beside the sanitizer build and its tests, with its output held back and
 # printed after them. Its CPU seconds are its own (times in its subshell);
@@ -115,7 +108,7 @@ vg_t0=$EPOCHREALTIME
 ( rc=0; scripts/valgrind.sh build-test-noomp || rc=$?
   times >"$vg_out.times"; echo "valgrind_wall $vg_t0 $EPOCHREALTIME"; exit $rc ) >"$vg_out" 2>&1 &
 vg_pid=$!
-run "ASan+UBSan" build-test-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
+run "ASan+UBSan" build-test-asan "" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON
 echo "=== valgrind memcheck (the no-OpenMP build; it ran beside ASan+UBSan)"
 vg_rc=0
 wait "$vg_pid" || vg_rc=$?

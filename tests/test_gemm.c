@@ -96,64 +96,85 @@ static void check_entry_points(void) {
                 }
 }
 
-#if defined(MHA_HAVE_AVX2_KERNELS)
-/* 2. one packed GEMM against the reference; with `twin`, also bit for bit
- * against it (the same body and tunables on another layer). */
-static void check_packed(const char *name, gemm_fn f, const char *twin_name, gemm_fn twin) {
-    int checked = 0;
+/* Every size x transpose x two modes: 0, alpha 1 and beta 0 (C NaN: never
+ * read); 1, alpha 0.75 and beta 0.5. Each problem made, handed to fn with
+ * its alpha and beta, dropped. Returns the count. */
+typedef struct {
+    float alpha, beta;
+    int ta, tb, mode;
+} variant;
+typedef void (*problem_fn)(problem *p, const variant *v, const void *ctx);
+static int for_each_problem(problem_fn fn, const void *ctx) {
+    int count = 0;
     for (size_t s = 0; s < NSIZES; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
-                for (int mode = 0; mode < 2; mode++) { /* beta 0 (C NaN), alpha 0.75 beta 0.5 */
+                for (int mode = 0; mode < 2; mode++) {
                     problem p = make(s, ta, tb, mode);
-                    const float alpha = mode == 0 ? 1.0f : 0.75f, beta = mode == 0 ? 0.0f : 0.5f;
-                    float *C0 = malloc(p.nc * 4);
-                    memcpy(C0, p.C, p.nc * 4);
-                    CHECK(f(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc), "%s ran", name);
-                    mha__sgemm_ref(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.R, p.ldc);
-                    const float err = max_err(&p);
-                    CHECK(err <= 1e-5f * (float)p.K, "%s %lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g", name,
-                          (long long)p.M, (long long)p.N, (long long)p.K, ta, tb, mode, (double)err);
-                    if (twin) {
-                        CHECK(twin(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, C0, p.ldc), "%s ran", twin_name);
-                        CHECK(memcmp(C0, p.C, p.nc * 4) == 0, "%s and %s differ at %lldx%lldx%lld ta=%d tb=%d mode=%d",
-                              name, twin_name, (long long)p.M, (long long)p.N, (long long)p.K, ta, tb, mode);
-                    }
-                    free(C0);
+                    const variant v = {mode == 0 ? 1.0f : 0.75f, mode == 0 ? 0.0f : 0.5f, ta, tb, mode};
+                    fn(&p, &v, ctx);
                     drop(&p);
-                    checked++;
+                    count++;
                 }
+    return count;
+}
+
+#if defined(MHA_HAVE_AVX2_KERNELS)
+/* 2. one packed GEMM against the reference; with `twin`, also bit for bit
+ * against it (the same body and tunables on another layer). */
+typedef struct {
+    const char *name, *twin_name;
+    gemm_fn f, twin;
+} packed_case;
+
+static void packed_one(problem *p, const variant *v, const void *ctx) {
+    const packed_case *c = ctx;
+    float *C0 = malloc(p->nc * 4);
+    REQUIRE(C0 != NULL, "malloc");
+    memcpy(C0, p->C, p->nc * 4);
+    CHECK(c->f(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->C, p->ldc),
+          "%s ran", c->name);
+    mha__sgemm_ref(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->R, p->ldc);
+    const float err = max_err(p);
+    CHECK(err <= 1e-5f * (float)p->K, "%s %lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g", c->name,
+          (long long)p->M, (long long)p->N, (long long)p->K, v->ta, v->tb, v->mode, (double)err);
+    if (c->twin) {
+        CHECK(c->twin(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, C0, p->ldc),
+              "%s ran", c->twin_name);
+        CHECK(memcmp(C0, p->C, p->nc * 4) == 0, "%s and %s differ at %lldx%lldx%lld ta=%d tb=%d mode=%d",
+              c->name, c->twin_name, (long long)p->M, (long long)p->N, (long long)p->K, v->ta, v->tb, v->mode);
+    }
+    free(C0);
+}
+
+static void check_packed(const char *name, gemm_fn f, const char *twin_name, gemm_fn twin) {
+    const packed_case c = {name, twin_name, f, twin};
+    const int checked = for_each_problem(packed_one, &c);
     printf("test_gemm: packed GEMM %s: %d problems%s%s\n", name, checked, twin ? ", bit for bit with " : "",
            twin ? twin_name : "");
 }
 #endif
 
 /* 3. the reference against the plain triple loop: the same bits */
-static void check_reference(void) {
-    for (size_t s = 0; s < NSIZES; s++)
-        for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++)
-                for (int mode = 0; mode < 2; mode++) { /* beta 0 (C NaN), alpha 0.75 beta 0.5 */
-                    problem p = make(s, ta, tb, mode);
-                    const float alpha = mode == 0 ? 1.0f : 0.75f, beta = mode == 0 ? 0.0f : 0.5f;
-                    mha__sgemm_ref(ta, tb, p.M, p.N, p.K, alpha, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc);
-                    int64_t diff = 0;
-                    for (int64_t i = 0; i < p.M; i++)
-                        for (int64_t j = 0; j < p.N; j++) {
-                            float acc = 0.0f;
-                            for (int64_t k = 0; k < p.K; k++)
-                                acc += (ta ? p.A[k * p.lda + i] : p.A[i * p.lda + k]) *
-                                       (tb ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j]);
-                            float *r = &p.R[i * p.ldc + j];
-                            *r = beta == 0.0f ? alpha * acc : alpha * acc + beta * *r;
-                            diff += memcmp(r, &p.C[i * p.ldc + j], 4) != 0;
-                        }
-                    CHECK(diff == 0, "reference %lldx%lldx%lld ta=%d tb=%d mode=%d: %lld elements differ "
-                          "from the triple loop", (long long)p.M, (long long)p.N, (long long)p.K, ta, tb,
-                          mode, (long long)diff);
-                    drop(&p);
-                }
+static void reference_one(problem *p, const variant *v, const void *ctx) {
+    (void)ctx;
+    mha__sgemm_ref(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->C, p->ldc);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < p->M; i++)
+        for (int64_t j = 0; j < p->N; j++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < p->K; k++)
+                acc += (v->ta ? p->A[k * p->lda + i] : p->A[i * p->lda + k]) *
+                       (v->tb ? p->B[j * p->ldb + k] : p->B[k * p->ldb + j]);
+            float *r = &p->R[i * p->ldc + j];
+            *r = v->beta == 0.0f ? v->alpha * acc : v->alpha * acc + v->beta * *r;
+            diff += memcmp(r, &p->C[i * p->ldc + j], 4) != 0;
+        }
+    CHECK(diff == 0, "reference %lldx%lldx%lld ta=%d tb=%d mode=%d: %lld elements differ from the triple loop",
+          (long long)p->M, (long long)p->N, (long long)p->K, v->ta, v->tb, v->mode, (long long)diff);
 }
+
+static void check_reference(void) { for_each_problem(reference_one, NULL); }
 
 int main(void) {
     srand(1);
