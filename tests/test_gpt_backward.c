@@ -1,6 +1,8 @@
-/* test_gpt_backward.c — the chapter 4 training API: the taped forward
- * equals mha_gpt_forward bit for bit, mha_gpt_loss_backward equals
- * forward_tape + mha_cross_entropy + mha_gpt_backward, gradients accumulate
+/* test_gpt_backward.c — the chapter 4 training API: the tape changes no
+ * bits of the forward, mha_gpt_loss_backward's loss equals a cross-entropy
+ * computed here in double from the logits, its gradients and
+ * mha_gpt_backward's (from dlogits computed here) agree with a central
+ * difference of the loss along a random direction, gradients accumulate
  * and zero, a tied head's gradient is tok_emb's buffer, cross-entropy's
  * values and -100, the tape's guards (consumed, another model's, the wrong
  * kind) and argument errors with nothing changed, the optimizers over a
@@ -48,6 +50,73 @@ static float *grads_copy(mha_gpt *m, size_t *n) {
     return c;
 }
 
+/* The mean cross-entropy of logits (N, V) in double; dl (N, V) its
+ * gradient, -100 targets ignored. */
+static double ce_double(const float *logits, const int32_t *y, int N, int V, float *dl) {
+    int count = 0;
+    for (int r = 0; r < N; r++) count += y[r] != -100;
+    double sum = 0.0;
+    for (int r = 0; r < N; r++) {
+        const float *z = logits + r * V;
+        double mx = -INFINITY, s = 0.0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, (double)z[j]);
+        for (int j = 0; j < V; j++) s += exp((double)z[j] - mx);
+        for (int j = 0; dl && j < V; j++)
+            dl[r * V + j] = y[r] == -100 ? 0.0f : (float)((exp((double)z[j] - mx) / s - (j == y[r])) / count);
+        if (y[r] != -100) sum += mx + log(s) - (double)z[y[r]];
+    }
+    return sum / count;
+}
+
+/* The eval-mode loss after moving every parameter by eps * dir. */
+static double loss_at(mha_gpt *m, const float *dir, double eps, const int32_t *idx, const int32_t *tgt, int B, int T,
+                      int V) {
+    size_t at = 0;
+    float *keep = malloc((size_t)mha_gpt_param_scalars(m) * sizeof *keep), *logits = malloc((size_t)(B * T * V) * sizeof *logits);
+    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+        mha_param p;
+        mha_gpt_param(m, i, &p);
+        if (i + 1 == mha_gpt_num_params(m) && mha_gpt_head_tied(m)) break; /* tok_emb's */
+        for (size_t k = 0; k < p.numel; k++, at++) {
+            keep[at] = p.data[k];
+            p.data[k] = (float)((double)p.data[k] + eps * (double)dir[at]);
+        }
+    }
+    REQUIRE(mha_gpt_forward(m, logits, idx, B, T, 0, NULL) == MHA_OK, "forward: %s", mha_last_error());
+    const double l = ce_double(logits, tgt, B * T, V, NULL);
+    at = 0;
+    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+        mha_param p;
+        mha_gpt_param(m, i, &p);
+        if (i + 1 == mha_gpt_num_params(m) && mha_gpt_head_tied(m)) break;
+        for (size_t k = 0; k < p.numel; k++, at++) p.data[k] = keep[at];
+    }
+    free(keep);
+    free(logits);
+    return l;
+}
+
+/* <gradient, dir> against the central difference of the loss along dir. */
+static void check_directional(mha_gpt *m, const float *grads, const int32_t *idx, const int32_t *tgt, int B, int T,
+                              int V, const char *what) {
+    const size_t n = (size_t)mha_gpt_param_scalars(m);
+    float *dir = malloc(n * sizeof *dir);
+    test_fill(dir, n, 99);
+    double dot = 0.0;
+    size_t at = 0, g_at = 0;
+    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+        mha_param p;
+        mha_gpt_param(m, i, &p);
+        if (i + 1 == mha_gpt_num_params(m) && mha_gpt_head_tied(m)) break;
+        for (size_t k = 0; k < p.numel; k++) dot += (double)grads[g_at + k] * (double)dir[at + k];
+        at += p.numel, g_at += p.numel;
+    }
+    const double eps = 1e-3;
+    const double fd = (loss_at(m, dir, eps, idx, tgt, B, T, V) - loss_at(m, dir, -eps, idx, tgt, B, T, V)) / (2 * eps);
+    CHECK(fabs(fd - dot) <= 2e-2 * fabs(fd) + 2e-3, "%s: <grad, dir> %.6g, central difference %.6g", what, dot, fd);
+    free(dir);
+}
+
 int main(void) {
     enum { B = 2, T = 5, V = 23 };
     int32_t idx[B * T], tgt[B * T];
@@ -59,7 +128,7 @@ int main(void) {
 
     for (int tied = 0; tied <= 1; tied++) {
         mha_gpt *m = new_gpt(tied, 0.2, tied);
-        /* the taped forward is mha_gpt_forward, masks and all */
+        /* the tape changes no bits of the forward, masks and all */
         mha_generator *g1 = NULL, *g2 = NULL;
         mha_generator_create(11, &g1);
         mha_generator_create(11, &g2);
@@ -69,20 +138,34 @@ int main(void) {
         CHECK(mha_generator_random(g1) == mha_generator_random(g2), "the two forwards drew differently");
         CHECK(mha_gpt_tape_bytes(tape) > 0, "tape empty");
 
-        /* loss_backward == forward_tape + cross_entropy + backward */
+        /* the loss against one computed here, the gradients (eval mode, so
+         * that the loss is a function of the parameters alone) against a
+         * central difference; mha_gpt_backward from dlogits computed here */
         CHECK(mha_cross_entropy(&loss, dl, logits, tgt, B * T, V) == MHA_OK, "ce: %s", mha_last_error());
-        CHECK(mha_gpt_zero_grad(m) == MHA_OK, "zero_grad");
-        CHECK(mha_gpt_backward(m, tape, dl) == MHA_OK, "backward: %s", mha_last_error());
-        size_t n;
-        float *a = grads_copy(m, &n);
-        CHECK(mha_gpt_backward(m, tape, dl) == MHA_ERR_ARGUMENT, "a consumed tape was replayed");
+        CHECK(fabs((double)loss - ce_double(logits, tgt, B * T, V, NULL)) < 1e-5, "cross-entropy %.9g", (double)loss);
         mha_generator_manual_seed(g1, 11);
-        mha_gpt_zero_grad(m);
+        CHECK(mha_gpt_zero_grad(m) == MHA_OK, "zero_grad");
         CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "loss_backward: %s",
               mha_last_error());
-        CHECK(loss == loss2, "loss %.9g vs %.9g", (double)loss, (double)loss2);
+        CHECK(fabs((double)loss2 - ce_double(logits, tgt, B * T, V, NULL)) < 1e-5, "loss_backward's loss %.9g",
+              (double)loss2);
+        CHECK(mha_gpt_backward(m, tape, dl) == MHA_ERR_ARGUMENT, "a consumed tape was replayed");
+        size_t n;
+        float *a = grads_copy(m, &n);
+        mha_gpt_zero_grad(m);
+        CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, NULL, tape) == MHA_OK, "eval loss_backward");
         float *b = grads_copy(m, &n);
-        CHECK(memcmp(a, b, n * sizeof *a) == 0, "loss_backward's gradients differ (tied %d)", tied);
+        check_directional(m, b, idx, tgt, B, T, V, tied ? "loss_backward (tied)" : "loss_backward");
+        CHECK(mha_gpt_forward_tape(m, logits, idx, B, T, NULL, tape) == MHA_OK, "eval forward_tape");
+        ce_double(logits, tgt, B * T, V, dl);
+        mha_gpt_zero_grad(m);
+        CHECK(mha_gpt_backward(m, tape, dl) == MHA_OK, "backward: %s", mha_last_error());
+        free(b);
+        b = grads_copy(m, &n);
+        check_directional(m, b, idx, tgt, B, T, V, tied ? "backward (tied)" : "backward");
+        mha_gpt_zero_grad(m);
+        mha_generator_manual_seed(g1, 11);
+        CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "loss_backward");
         /* accumulation: a second step adds the same again */
         mha_generator_manual_seed(g1, 11);
         CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "again");

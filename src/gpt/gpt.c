@@ -318,144 +318,20 @@ int64_t mha_gpt_param_scalars(const mha_gpt *m) { return m ? (int64_t)m->arena_f
 
 /* ---- forward ------------------------------------------------------------ */
 
-/* Activation rows of a forward over `rows` rows: h (E), qkv (3E), ctx (E),
- * ff (4E). */
-static mha_status grow_ws(mha_gpt *m, size_t bytes) {
-    if (m->ws_size >= bytes) return MHA_OK;
-    void *p = mha__alloc(bytes);
-    if (!p) return mha__nomem("out of memory allocating %zu bytes of activations", bytes);
-    mha__free(m->ws);
-    m->ws = p;
-    m->ws_size = bytes;
+mha_status mha__gpt_check_tokens(const mha_gpt *m, int64_t B, int64_t T) {
+    if (B < 1 || T < 1)
+        return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
+    if (T > m->C)
+        return mha__fail(MHA_ERR_CONTEXT_LENGTH, "%lld tokens exceed context_length %lld", (long long)T, (long long)m->C);
+    if (B > ((int64_t)1 << 30) / T) return mha__fail(MHA_ERR_OVERFLOW, "batch x tokens is too large");
     return MHA_OK;
 }
 
-static void drop_inplace(mha_generator *g, float *x, size_t n, double p) {
-    if (g && p > 0.0) mha_generator_dropout(g, x, x, n, p);
-}
-
-typedef struct {
-    int64_t B, T;      /* rows = B * (T - t0): the rows computed */
-    int64_t t0;        /* first position computed (cache: the cached length) */
-    mha_generator *g;  /* training-mode masks, or NULL */
-    bool cache;        /* keys and values in m->kv (B == 1) */
-    float *h, *qkv, *ctx, *ff, *att_ws;
-    uint64_t *keep;    /* training: a residual branch's keep bits (rows * E) */
-    size_t att_ws_size;
-} pass;
-
-/* x (rows, E) += drop(A W^T + bias), W (E, K): the residual add (and the
- * branch's dropout, its mask drawn first, as PyTorch draws it after the
- * branch's Linear: nothing draws in between) as the GEMM's epilogue, on
- * each tile while it is in cache; p->ctx takes the product. */
-static mha_status residual_linear(const mha_gpt *m, pass *p, float *x, int64_t rows, int64_t K,
-                                  const float *A, int64_t lda, const float *W, const float *bias,
-                                  double pdrop) {
-    const int64_t E = m->E;
-    mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = x, .ldx = E};
-    if (pdrop > 0.0) {
-        mha__generator_keep_bits(p->g, p->keep, (size_t)(rows * E), pdrop);
-        e.keep = (mha__keep_view){.bits = p->keep, .bit0 = 0, .ld = E, .scale = mha__dropout_scale(pdrop)};
-    }
-    return mha__sgemm_epilogue(rows, E, K, A, lda, W, K, p->ctx, E, &e);
-}
-
-/* MHA_OK, or MHA_ERR_NOMEM from a GEMM (x and the cache rows being written
- * are then unspecified; the caller's state, kv_len included, is not
- * advanced). */
-static mha_status block_forward(mha_gpt *m, int64_t l, float *x, pass *p) {
-    mha_status st;
-    const mha__gpt_block *b = &m->blocks[l];
-    const int64_t E = m->E, T = p->T, n = T - p->t0, rows = p->B * n;
-    const double pdrop = p->g ? m->cfg.drop_rate : 0.0;
-    mha__layernorm_rows(p->h, x, b->ln1_s, b->ln1_b, rows, E);
-
-    mha__attention_desc d;
-    memset(&d, 0, sizeof d);
-    d.B = p->B;
-    d.T = T;
-    d.H = m->H;
-    d.HD = m->HD;
-    d.head_stride = m->HD;
-    d.scale = (float)(1.0 / sqrt((double)m->HD));
-    d.causal = true;
-    if (pdrop > 0.0) {
-        d.dropout = MHA_DROPOUT_TORCH;
-        d.p = pdrop;
-        d.gen = p->g;
-    }
-    if (p->cache) {
-        /* new rows' q into kq, k and v into the cache at their positions */
-        float *kv = m->kv + l * m->C * 2 * E;
-        if ((st = mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E)) != MHA_OK) return st;
-        for (int64_t r = 0; r < n; r++) {
-            memcpy(m->kq + (p->t0 + r) * E, p->qkv + r * 3 * E, (size_t)E * sizeof(float));
-            memcpy(kv + (p->t0 + r) * 2 * E, p->qkv + r * 3 * E + E, (size_t)(2 * E) * sizeof(float));
-        }
-        d.qkv = kv;
-        d.ld_qkv = 2 * E;
-        d.k_base = 0;
-        d.v_base = E;
-        d.q_rows = m->kq;
-        d.ld_q_rows = E;
-        d.t_begin = p->t0;
-        d.o = m->kq; /* context over the queries, row by row */
-        d.ldo = E;
-        mha__attention_forward(&d, p->att_ws, p->att_ws_size);
-        if ((st = residual_linear(m, p, x, rows, E, m->kq + p->t0 * E, E, b->w_out, b->b_out, pdrop)) != MHA_OK)
-            return st;
-    } else {
-        if ((st = mha__sgemm_bias(false, true, rows, 3 * E, E, p->h, E, b->w_qkv, E, b->b_qkv, p->qkv, 3 * E)) != MHA_OK) return st;
-        d.qkv = p->qkv;
-        d.ld_qkv = 3 * E;
-        d.q_base = 0;
-        d.k_base = E;
-        d.v_base = 2 * E;
-        d.o = p->qkv; /* context over Q (kernels.h allows it) */
-        d.ldo = 3 * E;
-        mha__attention_forward(&d, p->att_ws, p->att_ws_size);
-        if ((st = residual_linear(m, p, x, rows, E, p->qkv, 3 * E, b->w_out, b->b_out, pdrop)) != MHA_OK)
-            return st;
-    }
-
-    mha__layernorm_rows(p->h, x, b->ln2_s, b->ln2_b, rows, E);
-    const mha__gemm_epilogue gelu = {.kind = MHA_EPI_GELU, .bias = b->b1};
-    if ((st = mha__sgemm_epilogue(rows, 4 * E, E, p->h, E, b->w1, E, p->ff, 4 * E, &gelu)) != MHA_OK)
-        return st;
-    return residual_linear(m, p, x, rows, 4 * E, p->ff, 4 * E, b->w2, b->b2, pdrop);
-}
-
-/* Sets up p's buffers in m->ws after x (rows, E) and head_rows * V logits
- * space is not needed here. */
-static mha_status plan_pass(mha_gpt *m, pass *p, size_t extra_floats, float **extra) {
-    const int64_t E = m->E, rows = p->B * (p->T - p->t0);
-    mha__attention_desc d;
-    memset(&d, 0, sizeof d);
-    d.B = p->B;
-    d.T = p->T;
-    d.H = m->H;
-    d.HD = m->HD;
-    d.dropout = p->g && m->cfg.drop_rate > 0.0 ? MHA_DROPOUT_TORCH : MHA_DROPOUT_OFF;
-    d.p = m->cfg.drop_rate;
-    d.gen = p->g;
-    const size_t att = mha__attention_workspace(&d);
-    if (att == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace overflows");
-    /* h, qkv, ctx, ff and (training) the keep bits, rounded up to floats */
-    const size_t keep_words = p->g ? ((size_t)rows * (size_t)E + 63) / 64 : 0;
-    const size_t fl = (size_t)rows * (size_t)(E + 3 * E + E + 4 * E) + 2 * keep_words;
-    const size_t bytes = mha__align64((fl + extra_floats) * sizeof(float)) + att;
-    mha_status st = grow_ws(m, bytes);
-    if (st != MHA_OK) return st;
-    float *at = m->ws; /* 64-byte aligned: the keep words first */
-    p->keep = keep_words ? (uint64_t *)(void *)at : NULL;
-    at += 2 * keep_words;
-    p->h = at, at += rows * E;
-    p->qkv = at, at += rows * 3 * E;
-    p->ctx = at, at += rows * E;
-    p->ff = at, at += rows * 4 * E;
-    *extra = at;
-    p->att_ws = (float *)(void *)((char *)m->ws + mha__align64((fl + extra_floats) * sizeof(float)));
-    p->att_ws_size = att;
+mha_status mha__gpt_check_finite(const float *a, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(a[i]))
+            return mha__fail(MHA_ERR_NONFINITE, "%s holds %s at element %lld", what, isnan(a[i]) ? "NaN" : "infinity",
+                             (long long)i);
     return MHA_OK;
 }
 
@@ -467,60 +343,380 @@ static mha_status check_ids(const mha_gpt *m, const int32_t *idx, int64_t n) {
     return MHA_OK;
 }
 
+void mha__gpt_attention_desc(const mha_gpt *m, mha__attention_desc *d, int64_t B, int64_t T, bool drop,
+                             mha_generator *gen) {
+    memset(d, 0, sizeof *d);
+    d->B = B;
+    d->T = T;
+    d->H = m->H;
+    d->HD = m->HD;
+    d->head_stride = m->HD;
+    d->scale = (float)(1.0 / sqrt((double)m->HD));
+    d->causal = true;
+    d->ld_qkv = 3 * m->E;
+    d->q_base = 0;
+    d->k_base = m->E;
+    d->v_base = 2 * m->E;
+    d->ldo = m->E;
+    if (drop) {
+        d->dropout = MHA_DROPOUT_TORCH;
+        d->p = m->cfg.drop_rate;
+        d->gen = gen;
+    }
+}
+
+/* One forward's state: the rows computed and where the work goes. */
+typedef struct {
+    int64_t B, T;      /* rows = B * (T - t0): the rows computed */
+    int64_t t0;        /* first position computed (cache: the cached length) */
+    mha_generator *g;  /* training-mode masks, or NULL */
+    bool drop;         /* g and drop_rate > 0 */
+    bool cache;        /* keys and values in m->kv (B == 1) */
+    float *ctx;        /* (rows, E) a residual branch's product (scratch) */
+    void *att_ws;
+    size_t att_ws_size;
+} pass;
+
+/* dst (rows, E) = src + drop(A W^T + bias), W (E, K): the residual add (and
+ * the branch's dropout, its mask drawn first into keep, as PyTorch draws it
+ * after the branch's Linear: nothing draws in between) as the GEMM's
+ * epilogue, on each tile while it is in cache. dst == src: in place. */
+static mha_status residual_linear(const mha_gpt *m, const pass *p, float *dst, const float *src, int64_t rows,
+                                  int64_t K, const float *A, int64_t lda, const float *W, const float *bias,
+                                  uint64_t *keep) {
+    const int64_t E = m->E;
+    if (dst != src) memcpy(dst, src, (size_t)(rows * E) * sizeof(float));
+    mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = dst, .ldx = E};
+    if (p->drop) {
+        const double pd = m->cfg.drop_rate;
+        mha__generator_keep_bits(p->g, keep, (size_t)(rows * E), pd);
+        e.keep = (mha__keep_view){.bits = keep, .bit0 = 0, .ld = E, .scale = mha__dropout_scale(pd)};
+    }
+    return mha__sgemm_epilogue(rows, E, K, A, lda, W, K, p->ctx, E, &e);
+}
+
+/* Block l from a->x to y (y == a->x without a tape):
+ *   h1 = norm1(x); qkv = h1 W_qkv^T + b; o = attention(qkv);
+ *   x1 = x + drop(o W_out^T + b_out); h2 = norm2(x1);
+ *   y = x1 + drop(gelu(h2 W1^T + b1) W2^T + b2)
+ * with the keys and values in the model's cache at their positions when p
+ * feeds it. MHA_OK, or MHA_ERR_NOMEM from a GEMM (y and the cache rows
+ * being written are then unspecified; kv_len is not advanced). */
+static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, float *y, const pass *p) {
+    mha_status st;
+    const mha__gpt_block *b = &m->blocks[l];
+    const int64_t E = m->E, n = p->T - p->t0, rows = p->B * n;
+    mha__layernorm_rows(a->h1, a->x, b->ln1_s, b->ln1_b, rows, E);
+    if ((st = mha__sgemm_bias(false, true, rows, 3 * E, E, a->h1, E, b->w_qkv, E, b->b_qkv, a->qkv, 3 * E)) != MHA_OK)
+        return st;
+    mha__attention_desc d;
+    mha__gpt_attention_desc(m, &d, p->B, p->T, p->drop, p->g);
+    if (p->cache) {
+        /* new rows' q into kq, k and v into the cache at their positions;
+         * the context over the queries, row by row */
+        float *kv = m->kv + l * m->C * 2 * E;
+        for (int64_t r = 0; r < n; r++) {
+            memcpy(m->kq + (p->t0 + r) * E, a->qkv + r * 3 * E, (size_t)E * sizeof(float));
+            memcpy(kv + (p->t0 + r) * 2 * E, a->qkv + r * 3 * E + E, (size_t)(2 * E) * sizeof(float));
+        }
+        d.qkv = kv;
+        d.ld_qkv = 2 * E;
+        d.k_base = 0;
+        d.v_base = E;
+        d.q_rows = m->kq;
+        d.ld_q_rows = E;
+        d.t_begin = p->t0;
+        d.o = m->kq;
+    } else {
+        d.qkv = a->qkv;
+        d.o = a->o ? a->o : a->qkv; /* without a tape, over Q (kernels.h allows it) */
+        d.ldo = a->o ? E : 3 * E;
+        d.stats = a->stats;
+        d.keep_bits = a->abits;
+    }
+    if ((st = mha__attention_forward(&d, p->att_ws, p->att_ws_size)) != MHA_OK) return st;
+    const float *ctx = p->cache ? m->kq + p->t0 * E : d.o;
+    if ((st = residual_linear(m, p, a->x1, a->x, rows, E, ctx, d.ldo, b->w_out, b->b_out, a->kb1)) != MHA_OK)
+        return st;
+    mha__layernorm_rows(a->h2, a->x1, b->ln2_s, b->ln2_b, rows, E);
+    const mha__gemm_epilogue gelu = {.kind = MHA_EPI_GELU, .bias = b->b1, .x = a->f, .ldx = 4 * E};
+    if ((st = mha__sgemm_epilogue(rows, 4 * E, E, a->h2, E, b->w1, E, a->g, 4 * E, &gelu)) != MHA_OK) return st;
+    return residual_linear(m, p, y, a->x1, rows, 4 * E, a->g, 4 * E, b->w2, b->b2, a->kb2);
+}
+
+/* x (rows, E) = tok_emb[ids] + pos_emb[t0 + r % n], then drop_emb (its
+ * keep bits drawn into keep). */
+static void embed(const mha_gpt *m, const pass *p, float *x, const int32_t *ids, int64_t rows, int64_t n,
+                  uint64_t *keep) {
+    const int64_t E = m->E;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = 0; e < E; e++)
+            x[r * E + e] = m->tok_emb[(int64_t)ids[r] * E + e] + m->pos_emb[(p->t0 + r % n) * E + e];
+    if (p->drop) {
+        mha__generator_keep_bits(p->g, keep, (size_t)(rows * E), m->cfg.drop_rate);
+        mha__dropout_apply_n(x, x, keep, (size_t)(rows * E), mha__dropout_scale(m->cfg.drop_rate));
+    }
+}
+
 /* The head on `rows` rows of x (after final_norm into h): logits (rows, V). */
 static mha_status head_forward(mha_gpt *m, float *logits, float *h, const float *x, int64_t rows) {
     mha__layernorm_rows(h, x, m->lnf_s, m->lnf_b, rows, m->E);
     return mha__sgemm(false, true, rows, m->V, m->E, 1.0f, h, m->E, m->head, m->E, 0.0f, logits, m->V);
 }
 
-mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, int last_only,
-                           mha_generator *dropout_rng) {
+/* ---- the tape's layout ------------------------------------------------------ */
+
+mha_status mha_gpt_tape_create(mha_gpt_tape **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
+    *out = mha__calloc(sizeof **out);
+    return *out ? MHA_OK : mha__nomem("out of memory creating a tape");
+}
+
+void mha_gpt_tape_free(mha_gpt_tape *t) {
+    if (!t) return;
+    mha__free(t->buf);
+    mha__free(t->blk);
+    mha__free(t);
+}
+
+size_t mha_gpt_tape_bytes(const mha_gpt_tape *t) { return t ? t->cap : 0; }
+
+/* Carves 64-byte aligned arrays from base (NULL: only counts). */
+typedef struct {
+    char *base;
+    size_t off;
+    bool ok;
+} carver;
+
+static void *carve(carver *c, size_t n, size_t elem) {
+    size_t bytes, end;
+    if (!c->ok || !mha__mul_size(n, elem, &bytes) || !mha__add_size(c->off, bytes, &end) ||
+        mha__align64(end) < end) {
+        c->ok = false;
+        return NULL;
+    }
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off = mha__align64(end);
+    return p;
+}
+
+static bool layout(mha_gpt_tape *t, const mha_gpt *m, carver *c, int64_t B, int64_t T, bool model, bool drop) {
+    const size_t R = (size_t)B * (size_t)T, E = (size_t)m->E, f = sizeof(float), u = sizeof(uint64_t);
+    const size_t kw = (R * E + 63) / 64; /* a residual's keep words */
+    mha__attention_desc d;
+    uint64_t given; /* the mask bits are the tape's: no room for them in the workspace */
+    mha__gpt_attention_desc(m, &d, B, T, drop, NULL);
+    if (drop) d.keep_bits = &given;
+    const size_t att = mha__attention_workspace(&d), att_b = mha__attention_backward_workspace(&d);
+    const size_t words = drop ? mha__attention_keep_words(&d) : 0;
+    if (att == 0 || att_b == 0 || (drop && words == 0)) return false;
+    for (int64_t l = 0; l < m->L; l++) {
+        mha__gpt_acts *b = c->base ? &t->blk[l] : &(mha__gpt_acts){0};
+        b->x = carve(c, R * E, f);
+        b->h1 = carve(c, R * E, f);
+        b->qkv = carve(c, R * 3 * E, f);
+        b->o = carve(c, R * E, f);
+        b->x1 = carve(c, R * E, f);
+        b->h2 = carve(c, R * E, f);
+        b->f = carve(c, R * 4 * E, f);
+        b->g = carve(c, R * 4 * E, f);
+        b->stats = carve(c, R * (size_t)m->H * 2, f);
+        b->abits = drop ? carve(c, words, u) : NULL;
+        b->kb1 = drop ? carve(c, kw, u) : NULL;
+        b->kb2 = drop ? carve(c, kw, u) : NULL;
+    }
+    mha_gpt_tape tmp;
+    mha_gpt_tape *o = c->base ? t : &tmp;
+    o->idx = model ? carve(c, R, sizeof(int32_t)) : NULL;
+    o->kb_emb = model && drop ? carve(c, kw, u) : NULL;
+    o->out = carve(c, R * E, f);
+    o->hf = model ? carve(c, R * E, f) : NULL;
+    o->logits = model ? carve(c, R, (size_t)m->V * f) : NULL;
+    o->t0 = carve(c, R * E, f);
+    o->t1 = carve(c, R * E, f);
+    o->t2 = carve(c, R * E, f);
+    o->t3 = carve(c, R * E, f);
+    o->t4 = carve(c, R * 4 * E, f);
+    o->att_ws_size = att > att_b ? att : att_b;
+    o->att_ws = carve(c, o->att_ws_size, 1);
+    return c->ok;
+}
+
+/* Grows and carves the tape for (B, T); the failure recorded. */
+static mha_status tape_reserve(mha_gpt_tape *t, const mha_gpt *m, int64_t B, int64_t T, bool model, bool drop) {
+    carver c = {NULL, 0, true};
+    if (!layout(t, m, &c, B, T, model, drop))
+        return mha__fail(MHA_ERR_OVERFLOW, "tape for batch %lld x %lld tokens overflows", (long long)B, (long long)T);
+    if (t->n_blk < (size_t)m->L) {
+        mha__gpt_acts *blk = mha__calloc((size_t)m->L * sizeof *blk);
+        if (!blk) return mha__nomem("out of memory growing the tape");
+        mha__free(t->blk);
+        t->blk = blk;
+        t->n_blk = (size_t)m->L;
+    }
+    if (t->cap < c.off) {
+        void *buf = mha__alloc(c.off);
+        if (!buf) return mha__nomem("out of memory growing the tape to %zu MiB", c.off >> 20);
+        mha__free(t->buf);
+        t->buf = buf;
+        t->cap = c.off;
+    }
+    c = (carver){t->buf, 0, true};
+    layout(t, m, &c, B, T, model, drop);
+    t->m = m;
+    t->cfg = m->cfg;
+    t->model = model;
+    t->B = B;
+    t->T = T;
+    t->drop = drop;
+    return MHA_OK;
+}
+
+/* ---- the one forward ------------------------------------------------------ */
+
+/* Scratch of a forward without a tape, in m->ws: the shared activations
+ * (x1 == x, h1 == h2, kb1 == kb2, the context over Q), the residual
+ * product, the attention's workspace and extra_floats floats after them
+ * (*extra). */
+static mha_status plan_scratch(mha_gpt *m, pass *p, mha__gpt_acts *a, size_t extra_floats, float **extra) {
+    const int64_t E = m->E, rows = p->B * (p->T - p->t0);
+    mha__attention_desc d;
+    mha__gpt_attention_desc(m, &d, p->B, p->T, p->drop, p->g);
+    const size_t att = mha__attention_workspace(&d);
+    if (att == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace overflows");
+    /* keep bits (as floats), h, qkv, the product, ff */
+    const size_t keep_words = p->drop ? ((size_t)rows * (size_t)E + 63) / 64 : 0;
+    const size_t fl = 2 * keep_words + (size_t)rows * (size_t)(E + 3 * E + E + 4 * E) + extra_floats;
+    const size_t bytes = mha__align64(fl * sizeof(float)) + att;
+    if (m->ws_size < bytes) {
+        void *w = mha__alloc(bytes);
+        if (!w) return mha__nomem("out of memory allocating %zu bytes of activations", bytes);
+        mha__free(m->ws);
+        m->ws = w;
+        m->ws_size = bytes;
+    }
+    float *at = m->ws; /* 64-byte aligned: the keep words first */
+    memset(a, 0, sizeof *a);
+    a->kb1 = a->kb2 = keep_words ? (uint64_t *)(void *)at : NULL;
+    at += 2 * keep_words;
+    a->h1 = a->h2 = at, at += rows * E;
+    a->qkv = at, at += rows * 3 * E;
+    p->ctx = at, at += rows * E;
+    a->g = at, at += rows * 4 * E;
+    *extra = at;
+    p->att_ws = (char *)m->ws + mha__align64(fl * sizeof(float));
+    p->att_ws_size = att;
+    return MHA_OK;
+}
+
+/* The blocks over the residual stream: without a tape in place over x,
+ * with one from t->blk[0].x (x unused) to t->out. */
+static mha_status run_blocks(mha_gpt *m, const pass *p, mha_gpt_tape *t, mha__gpt_acts *a, float *x) {
+    for (int64_t l = 0; l < m->L; l++) {
+        mha_status st;
+        if (t) {
+            st = block_forward(m, l, &t->blk[l], l + 1 < m->L ? t->blk[l + 1].x : t->out, p);
+        } else {
+            a->x = a->x1 = x;
+            st = block_forward(m, l, a, x, p);
+        }
+        if (st != MHA_OK) return st;
+    }
+    return MHA_OK;
+}
+
+/* A GPTModel forward over idx (B, T), the logits of every row or (last_only)
+ * of each sequence's last; with a tape, everything the backward needs is
+ * kept in it (logits NULL allowed: then only the tape's). */
+static mha_status model_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, bool last_only,
+                                mha_generator *g, mha_gpt_tape *t) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
-    if (!m || !logits || !idx) return mha__fail(MHA_ERR_ARGUMENT, "model, logits or idx is NULL");
+    if (t) t->m = NULL;
+    if (!m || (!logits && !t) || !idx) return mha__fail(MHA_ERR_ARGUMENT, "model, logits or idx is NULL");
     if (!is_model(&m->cfg)) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock takes x, not token ids");
-    if (B < 1 || T < 1) return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
-    if (T > m->C) return mha__fail(MHA_ERR_CONTEXT_LENGTH, "%lld tokens exceed context_length %lld", (long long)T, (long long)m->C);
-    if (B > ((int64_t)1 << 30) / T) return mha__fail(MHA_ERR_OVERFLOW, "batch x tokens is too large");
-    mha_status st = check_ids(m, idx, B * T);
+    mha_status st = mha__gpt_check_tokens(m, B, T);
+    if (st == MHA_OK) st = check_ids(m, idx, B * T);
     if (st != MHA_OK) return st;
     const int64_t E = m->E, rows = B * T;
-    pass p = {.B = B, .T = T, .t0 = 0, .g = dropout_rng, .cache = false};
-    float *x;
-    if ((st = plan_pass(m, &p, (size_t)(rows * E), &x)) != MHA_OK) return st;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t e = 0; e < E; e++)
-            x[r * E + e] = m->tok_emb[(int64_t)idx[r] * E + e] + m->pos_emb[(r % T) * E + e];
-    drop_inplace(dropout_rng, x, (size_t)(rows * E), dropout_rng ? m->cfg.drop_rate : 0.0);
-    for (int64_t l = 0; l < m->L; l++)
-        if ((st = block_forward(m, l, x, &p)) != MHA_OK) return st;
-    if (last_only) {
-        for (int64_t b = 0; b < B; b++) memmove(x + b * E, x + (b * T + T - 1) * E, (size_t)E * sizeof(float));
-        return head_forward(m, logits, p.h, x, B);
+    pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0};
+    mha__gpt_acts a;
+    float *x, *h;
+    uint64_t *kb;
+    if (t) {
+        if ((st = tape_reserve(t, m, B, T, true, p.drop)) != MHA_OK) return st;
+        memcpy(t->idx, idx, (size_t)rows * sizeof(int32_t));
+        p.ctx = t->t0, p.att_ws = t->att_ws, p.att_ws_size = t->att_ws_size;
+        x = t->blk[0].x, kb = t->kb_emb, h = t->hf;
+    } else {
+        if ((st = plan_scratch(m, &p, &a, (size_t)(rows * E), &x)) != MHA_OK) return st;
+        kb = a.kb1, h = a.h1;
     }
-    return head_forward(m, logits, p.h, x, rows);
+    embed(m, &p, x, idx, rows, T, kb);
+    if ((st = run_blocks(m, &p, t, &a, x)) != MHA_OK) goto fail;
+    if (t) {
+        if ((st = head_forward(m, t->logits, h, t->out, rows)) != MHA_OK) goto fail;
+        if (logits) memcpy(logits, t->logits, (size_t)rows * (size_t)m->V * sizeof(float));
+        return MHA_OK;
+    }
+    if (!last_only) return head_forward(m, logits, h, x, rows);
+    for (int64_t b = 0; b < B; b++) memmove(x + b * E, x + (b * T + T - 1) * E, (size_t)E * sizeof(float));
+    return head_forward(m, logits, h, x, B);
+fail:
+    if (t) t->m = NULL;
+    return st;
+}
+
+/* The blocks alone over x (B, T, E) into y; with a tape, kept as above. */
+static mha_status blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T, mha_generator *g,
+                                 mha_gpt_tape *t) {
+    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
+    if (threads_st != MHA_OK) return threads_st;
+    if (t) t->m = NULL;
+    if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "model, y or x is NULL");
+    mha_status st = mha__gpt_check_tokens(m, B, T);
+    const int64_t n = B * T * m->E;
+    if (st == MHA_OK) st = mha__gpt_check_finite(x, n, "input x");
+    if (st != MHA_OK) return st;
+    pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0};
+    mha__gpt_acts a;
+    float *unused;
+    if (t) {
+        if ((st = tape_reserve(t, m, B, T, false, p.drop)) != MHA_OK) return st;
+        p.ctx = t->t0, p.att_ws = t->att_ws, p.att_ws_size = t->att_ws_size;
+        memcpy(t->blk[0].x, x, (size_t)n * sizeof(float));
+    } else {
+        if ((st = plan_scratch(m, &p, &a, 0, &unused)) != MHA_OK) return st;
+        if (y != x) memcpy(y, x, (size_t)n * sizeof(float));
+    }
+    if ((st = run_blocks(m, &p, t, &a, y)) != MHA_OK) {
+        if (t) t->m = NULL;
+        return st;
+    }
+    if (t) memcpy(y, t->out, (size_t)n * sizeof(float));
+    return MHA_OK;
+}
+
+mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, int last_only,
+                           mha_generator *dropout_rng) {
+    return model_forward(m, logits, idx, B, T, last_only != 0, dropout_rng, NULL);
+}
+
+mha_status mha_gpt_forward_tape(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T,
+                                mha_generator *dropout_rng, mha_gpt_tape *tape) {
+    if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
+    return model_forward(m, logits, idx, B, T, false, dropout_rng, tape);
 }
 
 mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T,
                                   mha_generator *dropout_rng) {
-    const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
-    if (threads_st != MHA_OK) return threads_st;
-    if (!m || !y || !x) return mha__fail(MHA_ERR_ARGUMENT, "model, y or x is NULL");
-    if (B < 1 || T < 1) return mha__fail(MHA_ERR_SHAPE, "batch (%lld) and tokens (%lld) must be positive", (long long)B, (long long)T);
-    if (T > m->C) return mha__fail(MHA_ERR_CONTEXT_LENGTH, "%lld tokens exceed context_length %lld", (long long)T, (long long)m->C);
-    if (B > ((int64_t)1 << 30) / T) return mha__fail(MHA_ERR_OVERFLOW, "batch x tokens is too large");
-    const int64_t n = B * T * m->E;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return mha__fail(MHA_ERR_NONFINITE, "input x holds %s at element %lld", isnan(x[i]) ? "NaN" : "infinity", (long long)i);
-    pass p = {.B = B, .T = T, .t0 = 0, .g = dropout_rng, .cache = false};
-    float *unused;
-    mha_status st = plan_pass(m, &p, 0, &unused);
-    if (st != MHA_OK) return st;
-    if (y != x) memcpy(y, x, (size_t)n * sizeof(float));
-    for (int64_t l = 0; l < m->L; l++)
-        if ((st = block_forward(m, l, y, &p)) != MHA_OK) return st;
-    return MHA_OK;
+    return blocks_forward(m, y, x, B, T, dropout_rng, NULL);
+}
+
+mha_status mha_gpt_blocks_forward_tape(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T,
+                                       mha_generator *dropout_rng, mha_gpt_tape *tape) {
+    if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
+    return blocks_forward(m, y, x, B, T, dropout_rng, tape);
 }
 
 /* ---- KV cache ------------------------------------------------------------ */
@@ -559,14 +755,13 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
         }
     }
     const int64_t t0 = m->kv_len;
-    pass p = {.B = 1, .T = t0 + n, .t0 = t0, .g = NULL, .cache = true};
+    pass p = {.B = 1, .T = t0 + n, .t0 = t0, .cache = true};
+    mha__gpt_acts a;
     float *x;
-    if ((st = plan_pass(m, &p, (size_t)(n * E), &x)) != MHA_OK) return st;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t e = 0; e < E; e++) x[r * E + e] = m->tok_emb[(int64_t)ids[r] * E + e] + m->pos_emb[(t0 + r) * E + e];
-    for (int64_t l = 0; l < m->L; l++)
-        if ((st = block_forward(m, l, x, &p)) != MHA_OK) return st;
-    if ((st = head_forward(m, logits, p.h, x + (n - 1) * E, 1)) != MHA_OK) return st;
+    if ((st = plan_scratch(m, &p, &a, (size_t)(n * E), &x)) != MHA_OK) return st;
+    embed(m, &p, x, ids, n, n, NULL);
+    if ((st = run_blocks(m, &p, NULL, &a, x)) != MHA_OK) return st;
+    if ((st = head_forward(m, logits, a.h1, x + (n - 1) * E, 1)) != MHA_OK) return st;
     m->kv_len = t0 + n; /* only now: a failed feed leaves the cache as it was */
     return MHA_OK;
 }

@@ -1,8 +1,12 @@
-/* gpt.h — the chapter 4 model object, shared by the gpt files. */
+/* gpt.h — the chapter 4 model object and its tape, shared by the gpt files:
+ * gpt.c (parameters, the one forward, the KV cache, the tape's layout),
+ * gpt_backward.c (the backward over a tape), loss.c (cross-entropy). */
 #ifndef MHA_GPT_H
 #define MHA_GPT_H
 
 #include "mha.h"
+
+#include "attention/attention.h"
 
 #include <stdbool.h>
 
@@ -40,5 +44,62 @@ struct mha_gpt {
     float *kq;                  /* cache queries / context rows (C, E) */
     int64_t kv_len;             /* positions cached */
 };
+
+/* One block's activations. With a tape they are the tape's, each block its
+ * own, kept for the backward; without one they are a pass's scratch,
+ * shared by the blocks: x1 == x (the residual stream, updated in place),
+ * h1 == h2, o and f NULL (the context written over Q, GELU's input not
+ * kept), stats and abits NULL (the attention keeps nothing), kb1 == kb2. */
+typedef struct {
+    float *x;        /* (R, E) the block's input: norm1's */
+    float *h1;       /* (R, E) norm1's output */
+    float *qkv;      /* (R, 3E) */
+    float *o;        /* (R, E) the attention's output, or NULL: over Q */
+    float *x1;       /* (R, E) after the attention's residual: norm2's input */
+    float *h2;       /* (R, E) norm2's output */
+    float *f;        /* (R, 4E) ff.layers.0's output, GELU's input, or NULL */
+    float *g;        /* (R, 4E) GELU's output */
+    float *stats;    /* (B, H, T, 2) the attention rows' statistics, or NULL */
+    uint64_t *abits; /* the attention's dropout mask (training), or NULL */
+    uint64_t *kb1, *kb2; /* drop_shortcut's keep bits, (R E) bits each (training) */
+} mha__gpt_acts;
+
+struct mha_gpt_tape {
+    const mha_gpt *m;   /* the model that recorded it; NULL: empty */
+    mha_gpt_config cfg; /* its configuration then (a guard against reuse) */
+    bool model;         /* recorded by mha_gpt_forward_tape (else blocks only) */
+    int64_t B, T;
+    bool drop;          /* training mode with drop_rate > 0 */
+    int32_t *idx;       /* (R) GPTModel */
+    uint64_t *kb_emb;   /* drop_emb's keep bits (GPTModel, training) */
+    float *out;         /* (R, E) after the last block (final_norm's input) */
+    float *hf;          /* (R, E) final_norm's output (GPTModel) */
+    float *logits;      /* (R, V) (GPTModel) */
+    mha__gpt_acts *blk; /* L */
+    size_t n_blk;
+    /* scratch: forward and backward */
+    float *t0, *t1, *t2, *t3; /* (R, E) each */
+    float *t4;          /* (R, 4E) */
+    void *att_ws;
+    size_t att_ws_size;
+    void *buf;          /* one allocation holding all of the above */
+    size_t cap;
+};
+
+/* The attention layer's description for the blocks' forward and backward
+ * over (B, T): heads of the packed qkv rows [q | k | v] (ld 3E), output
+ * rows of E; with drop, PyTorch's dropout (gen: the forward's draws, NULL
+ * in the backward). The buffers are the caller's to set. */
+void mha__gpt_attention_desc(const mha_gpt *m, mha__attention_desc *d, int64_t B, int64_t T, bool drop,
+                             mha_generator *gen);
+
+/* The checks every entry makes: B and T positive, T within the context,
+ * B * T bounded. */
+mha_status mha__gpt_check_tokens(const mha_gpt *m, int64_t B, int64_t T);
+/* The GPTModel backward over a checked tape from dlogits (R, V), which may
+ * be the tape's own logits buffer (the loss writes its gradient there). */
+mha_status mha__gpt_model_backward(mha_gpt *m, mha_gpt_tape *t, const float *dlogits);
+/* MHA_ERR_NONFINITE naming what and the first bad element. */
+mha_status mha__gpt_check_finite(const float *a, int64_t n, const char *what);
 
 #endif

@@ -92,3 +92,15 @@ void mha__gelu_n(float *y, const float *x, size_t n) {
         k->bias_gelu(y + i, 0, x + i, 0, 1, (int64_t)m, NULL);
     }
 }
+
+void mha__dropout_apply_n(float *out, const float *in, const uint64_t *bits, size_t n, float scale) {
+    const mha__kernels *k = mha__kernels_active();
+    const int64_t nblk = (int64_t)((n + GELU_CHUNK - 1) / GELU_CHUNK); /* whole words: 2^14 is 256 of them */
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) if (nblk > 1)
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        const size_t i = (size_t)b * GELU_CHUNK, m = n - i < GELU_CHUNK ? n - i : GELU_CHUNK;
+        k->dropout_apply(out + i, in + i, bits + i / 64, m, scale);
+    }
+}

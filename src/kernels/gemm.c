@@ -465,6 +465,13 @@ typedef struct {
 static void epilogue(const mha__kernels *k, const mha__gemm_epilogue *e, int64_t r0, int64_t c0,
                      int64_t m, int64_t n, float *c, int64_t ldc) {
     const float *bias = e->bias ? e->bias + c0 : NULL;
+    if (e->kind == MHA_EPI_GELU && e->x) { /* GELU's input kept for a backward */
+        float *f = e->x + r0 * e->ldx + c0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t q = 0; q < n; q++) f[i * e->ldx + q] = bias ? c[i * ldc + q] + bias[q] : c[i * ldc + q];
+        k->bias_gelu(c, ldc, f, e->ldx, m, n, NULL);
+        return;
+    }
     if (e->kind == MHA_EPI_GELU) {
         k->bias_gelu(c, ldc, c, ldc, m, n, bias);
         return;

@@ -293,11 +293,15 @@ MHA__ELEMENTWISE_DECL(avx512)
 void mha__layernorm_rows(float *y, const float *x, const float *scale, const float *shift,
                          int64_t rows, int64_t E);
 void mha__gelu_n(float *y, const float *x, size_t n);
+/* out = in * (bit i ? scale : 0) over n elements (the dropout_apply kernel
+ * in fixed chunks of whole bit words over threads). */
+void mha__dropout_apply_n(float *out, const float *in, const uint64_t *bits, size_t n, float scale);
 
 /* The GEMM of nn.Linear with an epilogue: C (M, N) = A (M, K) B^T (B (N,
  * K), row-major), then on each tile of C, right after the thread that
  * computed it (the tile still in its cache), by the active kernels:
- *   MHA_EPI_GELU:      C = gelu(C + bias)
+ *   MHA_EPI_GELU:      C = gelu(C + bias)    (x non-NULL: x = C + bias too,
+ *                      GELU's input for a backward; row stride ldx)
  *   MHA_EPI_RESIDUAL:  x += drop(C + bias)   (x (M, N), row stride ldx;
  *                      C keeps A B^T, scratch)
  * bias (N) or NULL. The keep bits of element (i, j) are bit i * keep.ld +
@@ -311,7 +315,7 @@ typedef enum { MHA_EPI_GELU = 1, MHA_EPI_RESIDUAL = 2 } mha__epi_kind;
 typedef struct {
     mha__epi_kind kind;
     const float *bias;
-    float *x;             /* RESIDUAL */
+    float *x;             /* RESIDUAL; GELU: its input kept, or NULL */
     int64_t ldx;
     mha__keep_view keep;  /* RESIDUAL: dropout, or .bits NULL */
 } mha__gemm_epilogue;

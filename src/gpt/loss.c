@@ -1,0 +1,93 @@
+/* loss.c — the mean cross-entropy (F.cross_entropy, ignore_index -100)
+ * and the GPT training step it ends: forward with a tape, the loss and its
+ * gradient over the tape's logits, the backward (gpt_backward.c). */
+#include "gpt.h"
+
+#include "common/common.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(MHA_HAVE_OPENMP)
+#include <omp.h>
+#endif
+
+/* ---- cross-entropy ------------------------------------------------------------- */
+
+#define MHA_IGNORE_INDEX (-100)
+
+/* The number of counted targets, or an error naming the bad one. */
+static mha_status count_targets(const int32_t *targets, int64_t N, int64_t V, int64_t *count) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < N; r++) {
+        if (targets[r] == MHA_IGNORE_INDEX) continue;
+        if (targets[r] < 0 || targets[r] >= V)
+            return mha__fail(MHA_ERR_ARGUMENT, "target %d at position %lld is outside [0, %lld) (and not -100)", targets[r],
+                             (long long)r, (long long)V);
+        n++;
+    }
+    if (n == 0) return mha__fail(MHA_ERR_ARGUMENT, "every target is -100 (ignored): the mean loss is undefined");
+    *count = n;
+    return MHA_OK;
+}
+
+mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, const int32_t *targets, int64_t N,
+                             int64_t V) {
+    if (!loss || !logits || !targets) return mha__fail(MHA_ERR_ARGUMENT, "loss, logits or targets is NULL");
+    if (N < 1 || V < 1) return mha__fail(MHA_ERR_SHAPE, "rows (%lld) and classes (%lld) must be positive", (long long)N, (long long)V);
+    int64_t count = 0;
+    mha_status st = count_targets(targets, N, V, &count);
+    if (st != MHA_OK) return st;
+    double *row = mha__alloc((size_t)N * sizeof(double));
+    if (!row) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    const double inv = 1.0 / (double)count;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) if ((double)N * (double)V > 1e5)
+#endif
+    for (int64_t r = 0; r < N; r++) {
+        const float *z = logits + r * V;
+        float *dz = dlogits ? dlogits + r * V : NULL;
+        const int32_t y = targets[r];
+        const bool ignored = y == MHA_IGNORE_INDEX;
+        const double zy = ignored ? 0.0 : (double)z[y];
+        double mx = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j < V; j++) mx = (double)z[j] > mx ? (double)z[j] : mx;
+        /* exp(z - max) once per logit: summed, and kept in dz (over z when
+         * they alias: z[y] is read before) for the softmax */
+        for (int64_t j = 0; j < V; j++) {
+            const double e = exp((double)z[j] - mx);
+            s += e;
+            if (dz) dz[j] = (float)e;
+        }
+        row[r] = ignored ? 0.0 : mx + log(s) - zy;
+        if (dz) {
+            const double k = ignored ? 0.0 : inv / s;
+            for (int64_t j = 0; j < V; j++) dz[j] = (float)((double)dz[j] * k);
+            if (!ignored) dz[y] = (float)((exp(zy - mx) / s - 1.0) * inv);
+        }
+    }
+    double sum = 0.0;
+    for (int64_t r = 0; r < N; r++) sum += row[r];
+    mha__free(row);
+    *loss = (float)(sum * inv);
+    return MHA_OK;
+}
+
+mha_status mha_gpt_loss_backward(mha_gpt *m, float *loss, float *logits, const int32_t *idx, const int32_t *targets,
+                                 int64_t B, int64_t T, mha_generator *dropout_rng, mha_gpt_tape *tape) {
+    if (!m || !loss || !targets) return mha__fail(MHA_ERR_ARGUMENT, "model, loss or targets is NULL");
+    if (m->cfg.kind != MHA_GPT_MODEL) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock has no logits");
+    int64_t count;
+    mha_status st = mha__gpt_check_tokens(m, B, T);
+    if (st == MHA_OK) st = count_targets(targets, B * T, m->V, &count); /* before any draw */
+    if (st != MHA_OK) return st;
+    st = mha_gpt_forward_tape(m, logits, idx, B, T, dropout_rng, tape);
+    if (st != MHA_OK) return st;
+    if ((st = mha_cross_entropy(loss, tape->logits, tape->logits, targets, B * T, m->V)) != MHA_OK) {
+        tape->m = NULL;
+        return st;
+    }
+    st = mha__gpt_model_backward(m, tape, tape->logits);
+    tape->m = NULL; /* consumed (the logits are now their gradient) */
+    return st;
+}
