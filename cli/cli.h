@@ -49,6 +49,9 @@ bool cli_ids_parse(const char *opt, const char *s, int32_t **ids, int64_t *n, ch
 int cli_module_opt(cli_module_opts *o, int argc, char **argv, int *i, char *err);
 
 int mha_cli_bench(int argc, char **argv);
+/* Peak resident memory of this program in MiB (VmHWM), what `mha bench`
+ * and `mha bench GPTModel` report. */
+double cli_peak_rss_mib(void);
 int mha_cli_train(int argc, char **argv);
 int mha_cli_tokenize(int argc, char **argv);
 

@@ -442,14 +442,6 @@ int mha_cli_generate(int argc, char **argv) {
 
 /* ---- mha bench GPTModel --------------------------------------------------- */
 
-#include <sys/resource.h>
-
-static double peak_rss_mib(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
-
 static int32_t argmax_id(const float *v, int64_t n) {
     int64_t a = 0;
     for (int64_t i = 1; i < n; i++)
@@ -567,7 +559,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     cli_check(mha_gpt_find_param(m, "tok_emb.weight", &tok), "weights");
     const double gbps = stream_read_gbps(tok.data, tok.numel);
     const double bound_ms = weights_mib * 1048576.0 / (gbps * 1e9) * 1e3;
-    const double peak = peak_rss_mib();
+    const double peak = cli_peak_rss_mib();
     printf("GPTModel(vocab %lld, context %lld, emb %lld, heads %lld, layers %lld%s), %s\n", (long long)c->vocab_size,
            (long long)c->context_length, (long long)c->emb_dim, (long long)c->n_heads, (long long)c->n_layers,
            mha_gpt_head_tied(m) ? ", head tied" : "", weights ? weights : "seeded GPT_CONFIG_124M (seed 123)");

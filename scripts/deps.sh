@@ -31,14 +31,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # The tokenizer's reference, into the git-ignored tests/.npm (no scripts
-# run); tests/tokenizer_npm_diff.js finds it there, and is skipped without it.
+# run); tests/tokenizer_npm_diff.js finds it there. Without it that test is
+# skipped, or under CI fails (tests/oracle.sh): then so does this script.
 if [ $test = 1 ]; then
   enc=tests/.npm/node_modules/gpt-3-encoder
   if ! grep -qs '"version": "1.1.4"' "$enc/package.json"; then
     echo "installing: gpt-3-encoder@1.1.4 (npm) into tests/.npm"
     mkdir -p tests/.npm
-    npm install --prefix tests/.npm --silent --no-audit --no-fund --ignore-scripts \
-      gpt-3-encoder@1.1.4 >/dev/null ||
+    if ! npm install --prefix tests/.npm --silent --no-audit --no-fund --ignore-scripts \
+        gpt-3-encoder@1.1.4 >/dev/null; then
+      . tests/oracle.sh
+      if why=$(oracle_required); then
+        echo "deps.sh: error: npm could not install gpt-3-encoder@1.1.4 into tests/.npm, the reference of" \
+          "tokenizer_npm_diff ($why: a missing oracle fails)" >&2
+        exit 1
+      fi
       echo "warning: npm could not install gpt-3-encoder: tokenizer_npm_diff will be skipped"
+    fi
   fi
 fi

@@ -4,8 +4,8 @@ threads: MultiHeadAttention(768, 768, 1024, 0.1, 12) from `mha init`, x of
 (1, 1024, 768), in eval mode and with `--train --seed 5` (PyTorch's mask),
 under every MHA_ISA the CPU supports (ref at T=64: its loops are slow), and
 whatever OPENBLAS_CORETYPE the environment holds. Prints
-"N passed, N failed"; exits 1 on any failure, 77 (skip) when the mha binary
-has no OpenMP.
+"N passed, N failed"; exits 1 on any failure. Only OpenMP builds have
+this test (tests/CMakeLists.txt).
 """
 import os
 import subprocess

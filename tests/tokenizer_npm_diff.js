@@ -7,8 +7,9 @@
 //   node tests/tokenizer_npm_diff.js --driver build/tests/tok_driver [--bin build/mha]
 //
 // The package is looked for in $MHA_GPT3_ENCODER, then tests/.npm/node_modules
-// (scripts/deps.sh --test installs it there). Exit 77 (a skip for ctest) when
-// it is not installed; 1 on any difference.
+// (scripts/deps.sh --test installs it there). When it is not installed: exit
+// 77 (a skip for ctest), or 1 under CI (missingOracle below); 1 on any
+// difference.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -32,12 +33,27 @@ if (!driver) {
 
 // ---- the reference -------------------------------------------------------
 
+// A missing reference: a skip (77) for a developer, a failure where CI is set
+// and not empty or MHA_REQUIRE_ORACLES=1 (0 makes it a skip again), or CI
+// would pass without the check: tests/oracle.py's rule, for node.
+function missingOracle(what) {
+  const req = process.env.MHA_REQUIRE_ORACLES || '';
+  const why = req ? (req === '1' ? 'MHA_REQUIRE_ORACLES=1' : '') : (process.env.CI ? `CI=${process.env.CI}` : '');
+  const install = 'scripts/deps.sh --test installs it';
+  if (why) {
+    console.log(`tokenizer_npm_diff: FAIL: ${what}; ${install} ` +
+                `(${why}: a missing oracle fails; MHA_REQUIRE_ORACLES=0 makes it a skip)`);
+    process.exit(1);
+  }
+  console.log(`tokenizer_npm_diff: skipped: ${what}; ${install}`);
+  process.exit(77);
+}
+
 const pkgDir = process.env.MHA_GPT3_ENCODER ||
   path.join(root, 'tests', '.npm', 'node_modules', 'gpt-3-encoder');
 if (!fs.existsSync(path.join(pkgDir, 'Encoder.js'))) {
-  console.log(`skipped: gpt-3-encoder is not installed in ${pkgDir} ` +
-              `(scripts/deps.sh --test installs it: npm install --prefix tests/.npm gpt-3-encoder@${VERSION})`);
-  process.exit(77);
+  missingOracle(`npm's gpt-3-encoder is not installed in ${pkgDir} ` +
+                `(npm install --prefix tests/.npm gpt-3-encoder@${VERSION})`);
 }
 const pkgVersion = JSON.parse(fs.readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
 const ref = require(pkgDir);

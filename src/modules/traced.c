@@ -20,6 +20,25 @@ static void softmax_row(float *s, int64_t n) {
     for (int64_t j = 0; j < n; j++) s[j] /= sum;
 }
 
+/* The book's `@` as plain loops, each sum in k's order from 0: for p < P,
+ * out[p][i][j] = sum over k < K of a[p][i][k] * b_p(j, k), i < M, j < N; a
+ * and out row-major, b_p(j, k) = b[p * N * K + j * bj + k * bk]: (bj, bk) =
+ * (K, 1) reads b transposed (queries @ keys.T, x @ W.T), (1, N) as it is
+ * (attn_weights @ values). */
+static void matmul(float *out, const float *a, const float *b, int64_t P, int64_t M, int64_t N, int64_t K,
+                   int64_t bj, int64_t bk) {
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t i = 0; i < M; i++) {
+            const float *ai = a + (p * M + i) * K;
+            for (int64_t j = 0; j < N; j++) {
+                const float *bp = b + p * N * K + j * bj;
+                float acc = 0.0f;
+                for (int64_t k = 0; k < K; k++) acc += ai[k] * bp[k * bk];
+                out[(p * M + i) * N + j] = acc;
+            }
+        }
+}
+
 mha_status mha_simple_attention_forward(float *context, float *weights, const float *x, int64_t T,
                                         int64_t D) {
     if (!context || !x) return mha__fail(MHA_ERR_ARGUMENT, "context or x is NULL");
@@ -31,19 +50,11 @@ mha_status mha_simple_attention_forward(float *context, float *weights, const fl
         if (!isfinite(x[i])) return mha__fail(MHA_ERR_NONFINITE, "input x holds a non-finite value at %lld", (long long)i);
     float *row = mha__alloc((size_t)T * sizeof(float));
     if (!row) return mha__nomem("out of memory");
-    for (int64_t i = 0; i < T; i++) {
-        for (int64_t j = 0; j < T; j++) {
-            float dot = 0.0f;
-            for (int64_t d = 0; d < D; d++) dot += x[i * D + d] * x[j * D + d];
-            row[j] = dot;
-        }
+    for (int64_t i = 0; i < T; i++) { /* one row of the weights at a time */
+        matmul(row, x + i * D, x, 1, 1, T, D, D, 1);
         softmax_row(row, T);
         if (weights) memcpy(weights + i * T, row, (size_t)T * sizeof(float));
-        for (int64_t d = 0; d < D; d++) {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < T; j++) acc += row[j] * x[j * D + d];
-            context[i * D + d] = acc;
-        }
+        matmul(context + i * D, row, x, 1, 1, D, T, 1, D);
     }
     mha__free(row);
     return MHA_OK;
@@ -107,13 +118,7 @@ mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, in
     emit(fn, user, "transpose", "queries.transpose(1, 2)", 4, B, H, T, HD, qt);
     emit(fn, user, "transpose", "values.transpose(1, 2)", 4, B, H, T, HD, vt);
 
-    for (int64_t bh = 0; bh < B * H; bh++)
-        for (int64_t i = 0; i < T; i++)
-            for (int64_t j = 0; j < T; j++) {
-                float dot = 0.0f;
-                for (int64_t d = 0; d < HD; d++) dot += qt[(bh * T + i) * HD + d] * kt[(bh * T + j) * HD + d];
-                S[(bh * T + i) * T + j] = dot;
-            }
+    matmul(S, qt, kt, B * H, T, T, HD, HD, 1);
     emit(fn, user, "scores", "attn_scores = queries @ keys.transpose(2, 3)", 4, B, H, T, T, S);
     for (int64_t bh = 0; bh < B * H; bh++)
         for (int64_t i = 0; i < T; i++)
@@ -131,13 +136,7 @@ mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, in
     } else {
         emit(fn, user, "dropout", "attn_weights = self.dropout(attn_weights)  # identity in eval mode", 4, B, H, T, T, S);
     }
-    for (int64_t bh = 0; bh < B * H; bh++)
-        for (int64_t i = 0; i < T; i++)
-            for (int64_t d = 0; d < HD; d++) {
-                float acc = 0.0f;
-                for (int64_t j = 0; j < T; j++) acc += S[(bh * T + i) * T + j] * vt[(bh * T + j) * HD + d];
-                ctx[(bh * T + i) * HD + d] = acc;
-            }
+    matmul(ctx, S, vt, B * H, T, HD, T, 1, HD);
     emit(fn, user, "context", "attn_weights @ values", 4, B, H, T, HD, ctx);
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
@@ -146,12 +145,9 @@ mha_status mha_module_forward_traced(mha_module *m, float *y, const float *x, in
                        (size_t)HD * sizeof(float));
     emit(fn, user, "transpose back", "context_vec = (attn_weights @ values).transpose(1, 2)", 4, B, T, H, HD, ctx2);
     emit(fn, user, "concatenate", "context_vec.contiguous().view(b, num_tokens, self.d_out)", 3, B, T, Dout, 0, ctx2);
+    matmul(y, ctx2, m->w_out, 1, B * T, Dout, Dout, Dout, 1);
     for (int64_t i = 0; i < B * T; i++)
-        for (int64_t o = 0; o < Dout; o++) {
-            float acc = 0.0f;
-            for (int64_t d = 0; d < Dout; d++) acc += ctx2[i * Dout + d] * m->w_out[o * Dout + d];
-            y[i * Dout + o] = acc + m->b_out[o];
-        }
+        for (int64_t o = 0; o < Dout; o++) y[i * Dout + o] += m->b_out[o];
     emit(fn, user, "out_proj", "context_vec = self.out_proj(context_vec)", 3, B, T, Dout, 0, y);
     mha__free(buf);
     return MHA_OK;

@@ -264,11 +264,14 @@ static mha_status json_escape_check(const char *name, const unsigned char *s, si
     return MHA_OK;
 }
 
+/* Both files are UTF-8 text. */
+static mha_status utf8_file_check(const char *name, const unsigned char *s, size_t len) {
+    size_t bad = mha__utf8_check(s, len);
+    return bad < len ? mha__fail(MHA_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", name, bad) : MHA_OK;
+}
+
 static mha_status load_encoder(mha_tokenizer *t, const int16_t *byte_of_cp, const char *name,
                                const unsigned char *json, size_t len) {
-    size_t bad = mha__utf8_check(json, len);
-    if (bad < len)
-        return mha__fail(MHA_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", name, bad);
     if (memchr(json, 0, len))
         return mha__fail(MHA_ERR_FORMAT, "%s: NUL byte at byte %zu", name,
                          (size_t)((const unsigned char *)memchr(json, 0, len) - json));
@@ -386,9 +389,6 @@ static mha_status load_encoder(mha_tokenizer *t, const int16_t *byte_of_cp, cons
 
 static mha_status load_merges(mha_tokenizer *t, const int16_t *byte_of_cp, const char *name,
                               const unsigned char *bpe, size_t len) {
-    size_t bad = mha__utf8_check(bpe, len);
-    if (bad < len)
-        return mha__fail(MHA_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", name, bad);
     if (len < 8 || memcmp(bpe, "#version", 8) != 0)
         return mha__fail(MHA_ERR_FORMAT, "%s: the first line is not \"#version ...\"", name);
     if (bpe[len - 1] != '\n')
@@ -504,10 +504,11 @@ mha_status mha_tokenizer_parse(const char *encoder_json, size_t json_len, const 
     byte_tables(byte_of_cp);
     mha_tokenizer *t = mha__calloc_n(1, sizeof *t);
     if (!t) return mha__nomem("tokenizer: out of memory");
-    mha_status st = load_encoder(t, byte_of_cp, "encoder.json", (const unsigned char *)encoder_json,
-                                 json_len);
-    if (st == MHA_OK)
-        st = load_merges(t, byte_of_cp, "vocab.bpe", (const unsigned char *)vocab_bpe, bpe_len);
+    const unsigned char *json = (const unsigned char *)encoder_json, *bpe = (const unsigned char *)vocab_bpe;
+    mha_status st = utf8_file_check("encoder.json", json, json_len);
+    if (st == MHA_OK) st = load_encoder(t, byte_of_cp, "encoder.json", json, json_len);
+    if (st == MHA_OK) st = utf8_file_check("vocab.bpe", bpe, bpe_len);
+    if (st == MHA_OK) st = load_merges(t, byte_of_cp, "vocab.bpe", bpe, bpe_len);
     if (st != MHA_OK) {
         mha_tokenizer_free(t);
         return st;
