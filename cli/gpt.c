@@ -153,7 +153,7 @@ int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, cons
                     uint64_t seed) {
     mha_gpt *m = NULL;
     cli_check(mha_gpt_from_st(wst, &m), weights);
-    const mha_gpt_config *c = mha_gpt_get_config(m);
+    const mha_gpt_config *c = mha_gpt_config_of(m);
     mha_st *st = NULL;
     cli_check(mha_st_read_file(in, &st), in);
     mha_generator *g = NULL;
@@ -214,7 +214,7 @@ int mha_cli_grad_gpt(const mha_st *wst, const char *weights, const char *in, con
                      uint64_t seed) {
     mha_gpt *m = NULL;
     cli_check(mha_gpt_from_st(wst, &m), weights);
-    const mha_gpt_config *c = mha_gpt_get_config(m);
+    const mha_gpt_config *c = mha_gpt_config_of(m);
     mha_st *st = NULL;
     cli_check(mha_st_read_file(in, &st), in);
     mha_generator *g = NULL;
@@ -385,7 +385,7 @@ int mha_cli_generate(int argc, char **argv) {
     }
     mha_gpt *m = NULL;
     cli_check(mha_gpt_load(weights, &m), weights);
-    const mha_gpt_config *c = mha_gpt_get_config(m);
+    const mha_gpt_config *c = mha_gpt_config_of(m);
     if (c->kind != MHA_GPT_MODEL) cli_die("%s: a %s does not generate (a GPTModel does)", weights, mha_gpt_kind_name(c->kind));
     for (int64_t i = 0; i < n_prompt; i++)
         if (ids[i] >= c->vocab_size)
@@ -521,7 +521,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         cli_check(mha_gpt_create_seeded(&c, 123, &m), "GPTModel");
     }
     const double load_s = now_s() - t_load;
-    const mha_gpt_config *c = mha_gpt_get_config(m);
+    const mha_gpt_config *c = mha_gpt_config_of(m);
     if (c->kind != MHA_GPT_MODEL) cli_die("bench: %s holds a %s, not a GPTModel", weights, mha_gpt_kind_name(c->kind));
     if (T > c->context_length) cli_die("--prompt-tokens %lld exceeds context_length %lld", (long long)T, (long long)c->context_length);
     if (4 + N > c->context_length) cli_die("--decode %lld: 4 + N exceeds context_length %lld", (long long)N, (long long)c->context_length);

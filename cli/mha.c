@@ -583,7 +583,7 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
         mha_st_free(wst);
         cli_check(s, weights);
     }
-    const mha_config *c = mha_module_config(m);
+    const mha_config *c = mha_module_config_of(m);
     mha_st *st = NULL;
     cli_check(mha_st_read_file(in, &st), in);
     mha_st_tensor t;

@@ -356,7 +356,7 @@ int mha_cli_train(int argc, char **argv) {
         char *p = path_in(dir, "model.safetensors");
         cli_check(mha_module_load(p, &m), p);
         free(p);
-        const mha_config *got = mha_module_config(m);
+        const mha_config *got = mha_module_config_of(m);
         if (got->kind != MHA_MULTI_HEAD_ATTENTION || got->d_in != c.emb || got->num_heads != c.heads ||
             got->context_length != c.tokens || got->dropout != c.dropout)
             cli_die("%s/model.safetensors: not the module of these settings", dir);

@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const mha_status s = mha_gpt_from_st(st, &m);
     if (s == MHA_ERR_NOMEM) abort(); /* tiny inputs: nothing large to allocate */
     if (s == MHA_OK) {
-        const mha_gpt_config *c = mha_gpt_get_config(m);
+        const mha_gpt_config *c = mha_gpt_config_of(m);
         if (!c || c->emb_dim < 1 || c->n_heads < 1 || c->emb_dim % c->n_heads) abort();
         size_t n = mha_gpt_num_params(m);
         for (size_t i = 0; i < n; i++) {

@@ -260,7 +260,7 @@ MHA_API mha_status mha_module_init(mha_module *m, mha_generator *g);
 MHA_API void mha_module_free(mha_module *m);
 
 /* The configuration the module was created with. */
-MHA_API const mha_config *mha_module_config(const mha_module *m);
+MHA_API const mha_config *mha_module_config_of(const mha_module *m);
 
 /* One parameter tensor, named as in PyTorch's state_dict(). data belongs to
  * the module: it may be read and written (to set weights) while the module
@@ -717,7 +717,7 @@ MHA_API mha_status mha_gpt_create_seeded(const mha_gpt_config *c, uint64_t seed,
  * head; LayerNorms ones/zeros). With a tied head, the head is not drawn. */
 MHA_API mha_status mha_gpt_init(mha_gpt *m, mha_generator *g);
 MHA_API void mha_gpt_free(mha_gpt *m);
-MHA_API const mha_gpt_config *mha_gpt_get_config(const mha_gpt *m);
+MHA_API const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m);
 MHA_API int mha_gpt_head_tied(const mha_gpt *m);
 
 /* Parameters in state_dict() order ("tok_emb.weight", "pos_emb.weight",

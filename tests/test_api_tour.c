@@ -93,7 +93,7 @@ static void tour_module(void) {
     mha_generator *g = NULL;
     OK(mha_generator_create(7, &g));
     OK(mha_module_init(z, g));
-    CHECK(mha_module_config(m)->num_heads == 2, "module config");
+    CHECK(mha_module_config_of(m)->num_heads == 2, "module config");
     mha_param p;
     CHECK(mha_module_num_params(m) == 8, "params %zu", mha_module_num_params(m));
     OK(mha_module_param(m, 0, &p));
@@ -209,7 +209,7 @@ static void tour_gpt(void) {
     mha_generator *g = NULL;
     OK(mha_generator_create(3, &g));
     OK(mha_gpt_init(tied, g));
-    CHECK(mha_gpt_head_tied(tied) == 1 && mha_gpt_get_config(tied)->n_layers == 1, "tied");
+    CHECK(mha_gpt_head_tied(tied) == 1 && mha_gpt_config_of(tied)->n_layers == 1, "tied");
     mha_param p;
     OK(mha_gpt_param(m, mha_gpt_num_params(m) - 1, &p));
     OK(mha_gpt_find_param(m, "tok_emb.weight", &p));

@@ -40,7 +40,7 @@ static const double *param(const oracle *o, const char *name) {
  * (stride ldo). */
 static void head(const oracle *o, const double *q, const double *k, const double *v, int64_t ld,
                  double *out, int64_t ldo, int64_t T, int64_t HD, int causal, uint64_t stream) {
-    const mha_config *c = mha_module_config(o->m);
+    const mha_config *c = mha_module_config_of(o->m);
     const double scale = 1.0 / sqrt((double)HD);
     const double p = c->dropout;
     const uint32_t thr = mha__philox_keep_threshold(p);
@@ -73,7 +73,7 @@ static void head(const oracle *o, const double *q, const double *k, const double
 
 /* y = module(x) in double; x (B, T, D_in) in double. */
 static void oracle_forward(const oracle *o, const double *x, double *y, int64_t B, int64_t T) {
-    const mha_config *c = mha_module_config(o->m);
+    const mha_config *c = mha_module_config_of(o->m);
     const int64_t Din = c->d_in, Dout = c->d_out;
     const int64_t H = c->kind >= MHA_MULTI_HEAD_ATTENTION_WRAPPER ? c->num_heads : 1;
     const int wrapper = c->kind == MHA_MULTI_HEAD_ATTENTION_WRAPPER;
@@ -127,7 +127,7 @@ static void oracle_forward(const oracle *o, const double *x, double *y, int64_t 
 }
 
 static double loss(const oracle *o, const double *x, const float *r, int64_t B, int64_t T) {
-    const int64_t n = B * T * mha_config_output_width(mha_module_config(o->m));
+    const int64_t n = B * T * mha_config_output_width(mha_module_config_of(o->m));
     double *y = malloc((size_t)n * sizeof *y), L = 0.0;
     oracle_forward(o, x, y, B, T);
     for (int64_t i = 0; i < n; i++) L += y[i] * (double)r[i];

@@ -82,7 +82,7 @@ int main(void) {
     /* 3.6.1 wrapper: head 1 = CausalAttention's rows, head 2 as printed */
     static const float h2[12] = {.4772f, .1063f, .5891f, .3257f, .6202f, .3860f, .5478f, .3589f, .5321f, .3428f, .5077f, .3493f};
     m = make(MHA_MULTI_HEAD_ATTENTION_WRAPPER, 2, 2, 123);
-    CHECK(mha_config_output_width(mha_module_config(m)) == 4, "wrapper width 4");
+    CHECK(mha_config_output_width(mha_module_config_of(m)) == 4, "wrapper width 4");
     CHECK(mha_module_forward(m, y, batch, 2, 6, NULL, NULL, 0) == MHA_OK, "wrapper forward");
     for (int b = 0; b < 2; b++)
         for (int t = 0; t < 6; t++) {

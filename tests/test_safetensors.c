@@ -647,7 +647,7 @@ static void test_module_roundtrip(void) {
         CHECK(s == MHA_OK, "case %zu load: %s", ci, mha_last_error());
         if (r) {
             CHECK(same_params(m, r), "case %zu params bit for bit", ci);
-            const mha_config *a = mha_module_config(m), *b = mha_module_config(r);
+            const mha_config *a = mha_module_config_of(m), *b = mha_module_config_of(r);
             int same = a->kind == b->kind && a->d_in == b->d_in && a->d_out == b->d_out;
             if (c->kind != MHA_SELF_ATTENTION_V1) same = same && a->qkv_bias == b->qkv_bias;
             if (mha_config_is_batched(c))
@@ -1152,7 +1152,7 @@ static void test_locale(void) {
     char path[256];
     path_in(path, sizeof path, "loc.safetensors");
     REQUIRE(mha_module_create_seeded(&c, 1, &m) == MHA_OK && mha_module_save(m, path) == MHA_OK &&
-              mha_module_load(path, &r) == MHA_OK && mha_module_config(r)->dropout == 0.25,
+              mha_module_load(path, &r) == MHA_OK && mha_module_config_of(r)->dropout == 0.25,
           "dropout round trip under %s: %s", got, mha_last_error());
     mha_st *st = NULL;
     if (mha_st_read_file(path, &st) == MHA_OK)

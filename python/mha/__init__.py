@@ -296,7 +296,7 @@ class Module:
         self._saved = None  # (x, kind, forward number) of the forward the tape holds
         self._forwards = 0
         self.training = True
-        self._cfg = _L.mha_module_config(h).contents
+        self._cfg = _L.mha_module_config_of(h).contents
         self._names = []
         for i in range(_L.mha_module_num_params(h)):
             p = _lib.Param()
@@ -542,7 +542,7 @@ def load(path):
             return gpt.load(path)
         except Error:
             raise first from None
-    kind = _L.mha_module_config(h).contents.kind
+    kind = _L.mha_module_config_of(h).contents.kind
     cls = _CLASSES.get(kind)
     if cls is None:
         _L.mha_module_free(h)

@@ -79,7 +79,7 @@ _PROTOTYPES = {
     "mha_module_create": (c_int, [P(Config), P(c_void_p)]),
     "mha_module_init": (c_int, [c_void_p, c_void_p]),
     "mha_module_free": (None, [c_void_p]),
-    "mha_module_config": (P(Config), [c_void_p]),
+    "mha_module_config_of": (P(Config), [c_void_p]),
     "mha_module_num_params": (c_size_t, [c_void_p]),
     "mha_module_param": (c_int, [c_void_p, c_size_t, P(Param)]),
     "mha_module_forward_ex": (c_int, [c_void_p, c_float_p, c_float_p, c_int64, c_int64, P(ForwardOpts),

@@ -44,7 +44,7 @@ _PROTOTYPES = {
     "mha_gpt_create": (c_int, [P(GPTConfig), c_int, P(c_void_p)]),
     "mha_gpt_init": (c_int, [c_void_p, c_void_p]),
     "mha_gpt_free": (None, [c_void_p]),
-    "mha_gpt_get_config": (P(GPTConfig), [c_void_p]),
+    "mha_gpt_config_of": (P(GPTConfig), [c_void_p]),
     "mha_gpt_num_params": (ctypes.c_size_t, [c_void_p]),
     "mha_gpt_param": (c_int, [c_void_p, ctypes.c_size_t, P(_lib.Param)]),
     "mha_gpt_param_scalars": (c_int64, [c_void_p]),
@@ -109,7 +109,7 @@ class _GPTBase:
 
     @property
     def cfg(self):
-        c = _L.mha_gpt_get_config(self._h).contents
+        c = _L.mha_gpt_config_of(self._h).contents
         return {k: (bool(getattr(c, k)) if k == "qkv_bias" else getattr(c, k)) for k in _KEYS}
 
     def train(self, mode=True):
@@ -224,5 +224,5 @@ def load(path):
     GPT-2's), or raises Error."""
     h = c_void_p()
     _check(_L.mha_gpt_load(os.fsencode(path), ctypes.byref(h)), "load")
-    kind = _L.mha_gpt_get_config(h).contents.kind
+    kind = _L.mha_gpt_config_of(h).contents.kind
     return (GPTModel if kind == 1 else TransformerBlock)._wrap(h)

@@ -292,7 +292,7 @@ void mha_gpt_free(mha_gpt *m) {
     mha__free(m);
 }
 
-const mha_gpt_config *mha_gpt_get_config(const mha_gpt *m) { return m ? &m->cfg : NULL; }
+const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m) { return m ? &m->cfg : NULL; }
 int mha_gpt_head_tied(const mha_gpt *m) { return m && m->tied; }
 size_t mha_gpt_num_params(const mha_gpt *m) { return m ? m->n_params : 0; }
 

@@ -52,7 +52,7 @@ static mha_status add_head_mask(mha_st_entry *ents, size_t *ne, char **names, si
 
 mha_status mha_module_save(const mha_module *m, const char *path) {
     if (!m || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_module_save: NULL argument");
-    const mha_config *c = mha_module_config(m);
+    const mha_config *c = mha_module_config_of(m);
     const char *cls = mha_kind_name(c->kind);
     if (!cls) return mha__fail(MHA_ERR_UNKNOWN_MODULE, "unknown module kind %d", (int)c->kind);
     size_t np = mha_module_num_params(m);

@@ -278,7 +278,7 @@ void mha_module_free(mha_module *m) {
     mha__free(m);
 }
 
-const mha_config *mha_module_config(const mha_module *m) { return m ? &m->cfg : NULL; }
+const mha_config *mha_module_config_of(const mha_module *m) { return m ? &m->cfg : NULL; }
 
 size_t mha_module_num_params(const mha_module *m) { return m ? m->n_params : 0; }
 

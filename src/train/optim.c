@@ -109,8 +109,8 @@ static bool opt_has_param(const mha_optimizer *o, const char *name) {
 
 /* The class name saved as "module". */
 static const char *opt_class(const mha_optimizer *o) {
-    const char *c = o->m ? mha_kind_name(mha_module_config(o->m)->kind)
-                         : mha_gpt_kind_name(mha_gpt_get_config(o->gpt)->kind);
+    const char *c = o->m ? mha_kind_name(mha_module_config_of(o->m)->kind)
+                         : mha_gpt_kind_name(mha_gpt_config_of(o->gpt)->kind);
     return c ? c : "";
 }
 
