@@ -376,6 +376,8 @@ typedef struct {
     int mode;
     int32_t ids[12];
     float *logits;
+    mha_gpt_tape *tape;
+    float loss;
     int32_t gen[32];
     int64_t n_gen;
     char path[128];
@@ -396,8 +398,9 @@ static void teardown_gpt(op *o) {
     gpt_state *s = o->state;
     mha_gpt_free(s->m);
     mha_generator_free(s->g);
+    mha_gpt_tape_free(s->tape);
     free(s->logits);
-    s->m = NULL, s->g = NULL, s->logits = NULL;
+    s->m = NULL, s->g = NULL, s->logits = NULL, s->tape = NULL;
 }
 
 static void keep_gpt_params(op *o) {
@@ -451,6 +454,84 @@ static mha_status run_gpt_forward(op *o) {
 static void keep_logits(op *o) {
     gpt_state *s = o->state;
     set_out(o, s->logits, 2 * 12 * 37 * sizeof(float));
+}
+
+/* training over (2, 6): loss_backward in eval (0) and training mode (1),
+ * forward_tape + cross_entropy + backward (2), the blocks' tape and
+ * backward (3); the result is the loss and every gradient */
+static mha_status run_gpt_train(op *o) {
+    gpt_state *s = o->state;
+    enum { R = 12, V = 37, E = 16 };
+    mha_generator_manual_seed(s->g, 9);
+    mha_status st = mha_gpt_zero_grad(s->m);
+    if (st == MHA_OK && !s->tape) st = mha_gpt_tape_create(&s->tape);
+    if (st != MHA_OK) return st;
+    int32_t tgt[R];
+    for (int i = 0; i < R; i++) tgt[i] = (int32_t)((i * 5 + 1) % V);
+    mha_generator *g = s->mode == 0 ? NULL : s->g;
+    if (s->mode < 2) return mha_gpt_loss_backward(s->m, &s->loss, NULL, s->ids, tgt, 2, 6, g, s->tape);
+    float d[R * V], y[R * E];
+    if (s->mode == 2) {
+        if ((st = mha_gpt_forward_tape(s->m, s->logits, s->ids, 2, 6, g, s->tape)) != MHA_OK) return st;
+        if ((st = mha_cross_entropy(&s->loss, d, s->logits, tgt, R, V)) != MHA_OK) return st;
+        return mha_gpt_backward(s->m, s->tape, d);
+    }
+    for (int i = 0; i < R * E; i++) s->logits[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    if ((st = mha_gpt_blocks_forward_tape(s->m, y, s->logits, 2, 6, g, s->tape)) != MHA_OK) return st;
+    for (int i = 0; i < R * E; i++) d[i] = (float)((i * 11) % 29) / 14.0f - 1.0f;
+    return mha_gpt_blocks_backward(s->m, s->tape, s->logits, d);
+}
+static void keep_gpt_grads(op *o) {
+    gpt_state *s = o->state;
+    unsigned char *buf = malloc((size_t)mha_gpt_param_scalars(s->m) * 4 * 2 + 64);
+    memcpy(buf, &s->loss, 4);
+    size_t at = 4;
+    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
+        mha_param p;
+        REQUIRE(mha_gpt_grad(s->m, i, &p) == MHA_OK, "grad");
+        memcpy(buf + at, p.data, (size_t)p.numel * 4);
+        at += (size_t)p.numel * 4;
+    }
+    set_out(o, buf, at);
+    free(buf);
+}
+
+/* AdamW over a GPT: create, two steps, save, a second one loads and steps */
+static void setup_gpt_opt(op *o) {
+    gpt_state *s = o->state;
+    setup_gpt(o);
+    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
+        mha_param p;
+        REQUIRE(mha_gpt_grad(s->m, i, &p) == MHA_OK, "grad");
+        test_fill(p.data, (size_t)p.numel, 60 + (unsigned)i);
+    }
+    path_in_tmp(s->path, sizeof s->path, "gopt.safetensors");
+}
+static mha_status run_gpt_opt(op *o) {
+    gpt_state *s = o->state;
+    mha_gpt *fresh = NULL; /* parameters back to the seeded ones, so that a rerun starts alike */
+    mha_status st = mha_gpt_create_seeded(&s->cfg, 123, &fresh);
+    if (st != MHA_OK) return st;
+    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
+        mha_param a, b;
+        mha_gpt_param(s->m, i, &a);
+        mha_gpt_param(fresh, i, &b);
+        memcpy(a.data, b.data, (size_t)a.numel * sizeof(float));
+    }
+    mha_gpt_free(fresh);
+    mha_adamw_config c;
+    mha_adamw_config_init(&c);
+    mha_optimizer *o1 = NULL, *o2 = NULL;
+    st = mha_optimizer_create_adamw_gpt(s->m, &c, &o1);
+    if (st == MHA_OK) st = mha_optimizer_step(o1);
+    if (st == MHA_OK) st = mha_optimizer_step(o1);
+    if (st == MHA_OK) st = mha_optimizer_save(o1, s->path);
+    if (st == MHA_OK) st = mha_optimizer_create_adamw_gpt(s->m, &c, &o2);
+    if (st == MHA_OK) st = mha_optimizer_load(o2, s->path);
+    if (st == MHA_OK) st = mha_optimizer_step(o2);
+    mha_optimizer_free(o1);
+    mha_optimizer_free(o2);
+    return st;
 }
 
 /* generation: KV cache greedy (0), cache sampled top-k (1), full forward (2) */
@@ -726,6 +807,18 @@ int main(void) {
         for (int mode = 0; mode < 3; mode++) {
             s.mode = mode;
             op o = {gn[mode], setup_gpt, run_gpt_generate, keep_gen, teardown_gpt, &s, NULL, 0};
+            inject_loop(&o);
+        }
+        static const char *const trn[] = {"GPTModel loss_backward (eval)", "GPTModel loss_backward (training)",
+                                          "GPTModel forward_tape + backward", "GPTModel blocks tape + backward"};
+        for (int mode = 0; mode < 4; mode++) {
+            s.mode = mode;
+            op o = {trn[mode], setup_gpt, run_gpt_train, keep_gpt_grads, teardown_gpt, &s, NULL, 0};
+            inject_loop(&o);
+        }
+        {
+            op o = {"GPTModel AdamW create/step/save/load/step", setup_gpt_opt, run_gpt_opt, keep_gpt_params,
+                    teardown_gpt, &s, NULL, 0};
             inject_loop(&o);
         }
         {

@@ -37,8 +37,7 @@ static float *grad_arena(mha_gpt *m) {
     if (!m->grad) {
         m->grad = mha__calloc(m->arena_floats * sizeof(float));
         if (!m->grad)
-            mha__fail(MHA_ERR_NOMEM, "out of memory allocating gradients (%zu MiB)",
-                      m->arena_floats * sizeof(float) >> 20);
+            mha__nomem("out of memory allocating gradients (%zu floats)", m->arena_floats);
     }
     return m->grad;
 }

@@ -39,7 +39,7 @@ mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, c
     mha_status st = count_targets(targets, N, V, &count);
     if (st != MHA_OK) return st;
     double *row = mha__alloc((size_t)N * sizeof(double));
-    if (!row) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    if (!row) return mha__nomem("out of memory allocating the loss of %lld rows", (long long)N);
     const double inv = 1.0 / (double)count;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if ((double)N * (double)V > 1e5)
