@@ -346,10 +346,10 @@ int mha_cli_train(int argc, char **argv) {
     mc.context_length = c.tokens;
     mc.dropout = c.dropout;
     mc.num_heads = c.heads;
-    mha_adamw_config ac;
-    mha_adamw_config_init(&ac);
-    ac.lr = c.lr;
-    ac.weight_decay = c.wd;
+    mha_optimizer_config oc;
+    mha_optimizer_config_init(&oc, MHA_OPTIM_ADAMW);
+    oc.adamw.lr = c.lr;
+    oc.adamw.weight_decay = c.wd;
     mha_optimizer *opt = NULL;
     if (resume) {
         step = load_state(dir, &c, losses);
@@ -360,7 +360,7 @@ int mha_cli_train(int argc, char **argv) {
         if (got->kind != MHA_MULTI_HEAD_ATTENTION || got->d_in != c.emb || got->num_heads != c.heads ||
             got->context_length != c.tokens || got->dropout != c.dropout)
             cli_die("%s/model.safetensors: not the module of these settings", dir);
-        cli_check(mha_optimizer_create_adamw(m, &ac, &opt), "optimizer");
+        cli_check(mha_optimizer_create(mha_module_params(m), &oc, &opt), "optimizer");
         p = path_in(dir, "optimizer.safetensors");
         cli_check(mha_optimizer_load(opt, p), p);
         free(p);
@@ -370,7 +370,7 @@ int mha_cli_train(int argc, char **argv) {
         printf("resuming at step %lld of %lld from %s\n", (long long)step, (long long)c.steps, dir);
     } else {
         cli_check(mha_module_create_seeded(&mc, c.seed, &m), "module");
-        cli_check(mha_optimizer_create_adamw(m, &ac, &opt), "optimizer");
+        cli_check(mha_optimizer_create(mha_module_params(m), &oc, &opt), "optimizer");
     }
 
     const int64_t T = c.tokens, E = c.emb, n = c.batch * T;
@@ -384,7 +384,7 @@ int mha_cli_train(int argc, char **argv) {
            "MultiHeadAttention(%lld, %lld, %lld, %g, %lld): %lld parameters\n"
            "loss floor 0, guessing ln %lld = %.3f; AdamW lr %g, weight decay %g; threads %d, kernels %s\n",
            (long long)c.lag, (long long)c.vocab, (long long)T, (long long)c.batch, (long long)E, (long long)E,
-           (long long)T, c.dropout, (long long)c.heads, (long long)mha_module_param_scalars(m),
+           (long long)T, c.dropout, (long long)c.heads, (long long)mha_params_scalars(mha_module_params(m)),
            (long long)c.vocab, log((double)c.vocab), c.lr, c.wd, mha_runtime_threads(), mha_runtime_isa());
     double t0 = now_s(), last = t0, acc = 0.0;
     int64_t first = step;
@@ -396,7 +396,7 @@ int mha_cli_train(int argc, char **argv) {
         const double loss = task_loss(&k, y, tok, dy, &acc);
         losses[step] = (float)loss;
         if (!isfinite(loss)) cli_die("step %lld: the loss is %g (try a smaller --lr)", (long long)step + 1, loss);
-        cli_check(mha_module_zero_grad(m), "gradients");
+        cli_check(mha_params_zero_grad(mha_module_params(m)), "gradients");
         cli_check(mha_module_backward(m, tape, NULL, x, dy, NULL, 0), "backward");
         cli_check(mha_optimizer_step(opt), "optimizer");
         const double t = now_s();

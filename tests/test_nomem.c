@@ -145,12 +145,12 @@ static mha_config config_of(mha_kind k) {
 
 static void keep_params(op *o) {
     mod_state *s = o->state;
-    const int64_t n = mha_module_param_scalars(s->m);
+    const int64_t n = mha_params_scalars(mha_module_params(s->m));
     float *buf = malloc((size_t)n * sizeof(float) + 1);
     size_t at = 0;
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_module_param(s->m, i, &p) == MHA_OK, "param");
+        REQUIRE(mha_params_get(mha_module_params(s->m), i, &p) == MHA_OK, "param");
         memcpy(buf + at, p.data, (size_t)p.numel * sizeof(float));
         at += (size_t)p.numel;
     }
@@ -235,7 +235,7 @@ static mha_status run_backward(op *o) {
                            .generator = s->g,
                            .philox_seed = 11,
                            .philox_offset = 3};
-    mha_status st = mha_module_zero_grad(s->m);
+    mha_status st = mha_params_zero_grad(mha_module_params(s->m));
     if (st == MHA_OK)
         st = mha_module_forward_tape(s->m, s->y, s->x, s->B, s->T, &fo, s->tape, NULL, 0);
     if (st == MHA_OK) st = mha_module_backward(s->m, s->tape, s->dx, s->x, s->dy, NULL, 0);
@@ -244,14 +244,14 @@ static mha_status run_backward(op *o) {
 static void keep_grads(op *o) {
     mod_state *s = o->state;
     const size_t nx = (size_t)(s->B * s->T * s->cfg.d_in) * sizeof(float), ny = y_len(s);
-    const size_t ng = (size_t)mha_module_param_scalars(s->m) * sizeof(float);
+    const size_t ng = (size_t)mha_params_scalars(mha_module_params(s->m)) * sizeof(float);
     unsigned char *buf = malloc(nx + ny + ng);
     memcpy(buf, s->y, ny);
     memcpy(buf + ny, s->dx, nx);
     size_t at = nx + ny;
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_module_grad(s->m, i, &p) == MHA_OK, "grad");
+        REQUIRE(mha_params_grad(mha_module_params(s->m), i, &p) == MHA_OK, "grad");
         memcpy(buf + at, p.data, (size_t)p.numel * sizeof(float));
         at += (size_t)p.numel * sizeof(float);
     }
@@ -323,20 +323,20 @@ static mha_status make_opt(mod_state *s, mha_optimizer **o) {
         mha_adamw_config c;
         mha_adamw_config_init(&c);
         c.amsgrad = 1;
-        return mha_optimizer_create_adamw(s->m, &c, o);
+        return mha_optimizer_create(mha_module_params(s->m), ADAMW_CFG(c), o);
     }
     mha_sgd_config c;
     mha_sgd_config_init(&c);
     c.lr = 0.1;
     c.momentum = 0.9;
-    return mha_optimizer_create_sgd(s->m, &c, o);
+    return mha_optimizer_create(mha_module_params(s->m), SGD_CFG(c), o);
 }
 static void setup_opt(op *o) {
     mod_state *s = o->state;
     setup_module(o);
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_module_grad(s->m, i, &p) == MHA_OK, "grad");
+        REQUIRE(mha_params_grad(mha_module_params(s->m), i, &p) == MHA_OK, "grad");
         test_fill(p.data, (size_t)p.numel, 40 + (unsigned)i);
     }
     path_in_tmp(s->path, sizeof s->path, "opt.safetensors");
@@ -347,10 +347,10 @@ static mha_status run_opt(op *o) {
     mha_module *fresh = NULL;
     mha_status st = mha_module_create_seeded(&s->cfg, 123, &fresh);
     if (st != MHA_OK) return st;
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param a, b;
-        mha_module_param(s->m, i, &a);
-        mha_module_param(fresh, i, &b);
+        mha_params_get(mha_module_params(s->m), i, &a);
+        mha_params_get(mha_module_params(fresh), i, &b);
         memcpy(a.data, b.data, (size_t)a.numel * sizeof(float));
     }
     mha_module_free(fresh);
@@ -402,11 +402,11 @@ static void teardown_gpt(op *o) {
 
 static void keep_gpt_params(op *o) {
     gpt_state *s = o->state;
-    unsigned char *buf = malloc((size_t)mha_gpt_param_scalars(s->m) * 4 * 2 + 64);
+    unsigned char *buf = malloc((size_t)mha_params_scalars(mha_gpt_params(s->m)) * 4 * 2 + 64);
     size_t at = 0;
-    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_gpt_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_gpt_param(s->m, i, &p) == MHA_OK, "param");
+        REQUIRE(mha_params_get(mha_gpt_params(s->m), i, &p) == MHA_OK, "param");
         memcpy(buf + at, p.data, (size_t)p.numel * 4);
         at += (size_t)p.numel * 4;
     }

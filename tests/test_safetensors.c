@@ -592,13 +592,13 @@ static void test_writer(void) {
 /* Modules                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int same_params(const mha_module *a, const mha_module *b) {
-    size_t n = mha_module_num_params(a);
-    if (n != mha_module_num_params(b)) return 0;
+static int same_params(mha_module *ma, mha_module *mb) {
+    const mha_params *a = mha_module_params(ma), *b = mha_module_params(mb);
+    size_t n = mha_params_count(a);
+    if (n != mha_params_count(b)) return 0;
     for (size_t i = 0; i < n; i++) {
         mha_param p, q;
-        if (mha_module_param(a, i, &p) != MHA_OK || mha_module_param(b, i, &q) != MHA_OK)
-            return 0;
+        if (mha_params_get(a, i, &p) != MHA_OK || mha_params_get(b, i, &q) != MHA_OK) return 0;
         if (strcmp(p.name, q.name) || p.numel != q.numel ||
             memcmp(p.data, q.data, p.numel * sizeof(float)))
             return 0;
@@ -810,10 +810,10 @@ static void test_module_errors(void) {
         mha_module *m = NULL;
         if (load_mfile(&f, &m) == MHA_OK) {
             mha_param p;
-            CHECK(mha_module_find_param(m, "out_proj.bias", &p) == MHA_OK && p.numel == 4 &&
+            CHECK(mha_params_find(mha_module_params(m), "out_proj.bias", &p) == MHA_OK && p.numel == 4 &&
                       memcmp(p.data, B, sizeof B) == 0,
                   "values loaded");
-            CHECK(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK &&
+            CHECK(mha_params_find(mha_module_params(m), "W_key.weight", &p) == MHA_OK &&
                       memcmp(p.data, W, 16 * sizeof(float)) == 0,
                   "weight loaded");
         }
@@ -849,11 +849,11 @@ static void test_module_errors(void) {
         CHECK(s == MHA_OK, "mixed dtypes: %s", mha_last_error());
         if (m) {
             mha_param p;
-            REQUIRE(mha_module_find_param(m, "W_query.weight", &p) == MHA_OK, "find_param");
+            REQUIRE(mha_params_find(mha_module_params(m), "W_query.weight", &p) == MHA_OK, "find_param");
             CHECK(p.data[0] == 1.0f && p.data[15] == 1.0f + 15.0f / 1024.0f, "F16 weights");
-            REQUIRE(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK, "find_param");
+            REQUIRE(mha_params_find(mha_module_params(m), "W_key.weight", &p) == MHA_OK, "find_param");
             CHECK(bits(p.data[3]) == (uint32_t)0x3C03 << 16, "BF16 weights");
-            REQUIRE(mha_module_find_param(m, "out_proj.bias", &p) == MHA_OK, "find_param");
+            REQUIRE(mha_params_find(mha_module_params(m), "out_proj.bias", &p) == MHA_OK, "find_param");
             CHECK(p.data[0] == 0.5f && p.data[2] == -1.0f, "F64 bias");
         }
         mha_module_free(m);

@@ -56,7 +56,7 @@ typedef struct {
 
 struct mha_gpt_tape {
     const mha_gpt *m;   /* the model that recorded it; NULL: empty */
-    mha_gpt_config cfg; /* its configuration then (a guard against reuse) */
+    uint64_t id;        /* its parameter set's (the guard against reuse) */
     bool model;         /* recorded by mha_gpt_forward_tape (else blocks only) */
     int64_t B, T;
     bool drop;          /* training mode with drop_rate > 0 */
@@ -94,41 +94,10 @@ size_t mha_gpt_tape_bytes(const mha_gpt_tape *t) { return t ? t->cap : 0; }
 
 /* ---- gradients ------------------------------------------------------------ */
 
-static float *grad_arena(mha_gpt *m) {
-    if (!m->grad) {
-        m->grad = mha__calloc(m->arena_floats * sizeof(float));
-        if (!m->grad)
-            mha__fail(MHA_ERR_NOMEM, "out of memory allocating gradients (%zu MiB)",
-                      m->arena_floats * sizeof(float) >> 20);
-    }
-    return m->grad;
-}
+static float *grad_arena(mha_gpt *m) { return mha__params_grad(&m->params); }
 
 /* The gradient of parameter data p (a pointer into the arena). */
-static float *G(mha_gpt *m, const float *p) { return p ? m->grad + (p - m->arena) : NULL; }
-
-mha_status mha_gpt_grad(mha_gpt *m, size_t i, mha_param *out) {
-    mha_status st = mha_gpt_param(m, i, out);
-    if (st != MHA_OK) return st;
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    out->data = G(m, out->data);
-    return MHA_OK;
-}
-
-mha_status mha_gpt_find_grad(mha_gpt *m, const char *name, mha_param *out) {
-    mha_status st = mha_gpt_find_param(m, name, out);
-    if (st != MHA_OK) return st;
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    out->data = G(m, out->data);
-    return MHA_OK;
-}
-
-mha_status mha_gpt_zero_grad(mha_gpt *m) {
-    if (!m) return mha__fail(MHA_ERR_ARGUMENT, "model is NULL");
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    memset(m->grad, 0, m->arena_floats * sizeof(float));
-    return MHA_OK;
-}
+static float *G(mha_gpt *m, const float *p) { return mha__grad_of(&m->params, p); }
 
 /* ---- the tape's layout ------------------------------------------------------ */
 
@@ -329,7 +298,7 @@ static mha_status check_tokens(const mha_gpt *m, int64_t B, int64_t T) {
 
 static void record(mha_gpt_tape *t, const mha_gpt *m, bool model, int64_t B, int64_t T, bool drop) {
     t->m = m;
-    t->cfg = m->cfg;
+    t->id = m->params.id;
     t->model = model;
     t->B = B;
     t->T = T;
@@ -507,19 +476,9 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
     return MHA_OK;
 }
 
-/* Field by field: the struct has padding, which memcmp would read (and
- * valgrind flags: a config copied from the caller's leaves it undefined). */
-static bool same_config(const mha_gpt_config *a, const mha_gpt_config *b) {
-    return a->kind == b->kind && a->vocab_size == b->vocab_size &&
-           a->context_length == b->context_length && a->emb_dim == b->emb_dim &&
-           a->n_heads == b->n_heads && a->n_layers == b->n_layers &&
-           a->drop_rate == b->drop_rate && a->qkv_bias == b->qkv_bias;
-}
-
 static mha_status check_tape(const mha_gpt *m, const mha_gpt_tape *t, bool model) {
-    if (!t->m) return mha__fail(MHA_ERR_ARGUMENT, "the tape holds no forward (record one first)");
-    if (t->m != m || !same_config(&t->cfg, &m->cfg))
-        return mha__fail(MHA_ERR_ARGUMENT, "the tape was recorded by another model");
+    mha_status st = mha__params_check_tape(&m->params, t->m ? t->id : 0);
+    if (st != MHA_OK) return st;
     if (model && !t->model)
         return mha__fail(MHA_ERR_ARGUMENT, "the tape holds a blocks-only forward (mha_gpt_blocks_forward_tape)");
     if (!model && t->model)

@@ -13,22 +13,12 @@
 
 /* ---- save --------------------------------------------------------------- */
 
+/* The parameters as one view: the file's tensors are the parameters'. */
+static const char *const no_prefix[1] = {""};
+
 mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     if (!m || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_save: NULL argument");
     const mha_gpt_config *c = &m->cfg;
-    mha_st_entry *e = mha__calloc(m->n_params * sizeof *e);
-    int64_t(*shapes)[2] = mha__calloc(m->n_params * sizeof *shapes);
-    if (!e || !shapes) {
-        mha__free(e);
-        mha__free(shapes);
-        return mha__nomem("out of memory");
-    }
-    for (size_t i = 0; i < m->n_params; i++) {
-        const mha_param *p = &m->params[i];
-        shapes[i][0] = p->shape[0];
-        shapes[i][1] = p->shape[1];
-        e[i] = (mha_st_entry){p->name, MHA_DTYPE_F32, p->ndim, shapes[i], p->data};
-    }
     char v[7][32];
     snprintf(v[0], 32, "%lld", (long long)c->vocab_size);
     snprintf(v[1], 32, "%lld", (long long)c->context_length);
@@ -40,10 +30,9 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     const char *meta[] = {"module", mha_gpt_kind_name(c->kind), "vocab_size", v[0], "context_length", v[1],
                           "emb_dim", v[2], "n_heads", v[3], "n_layers", v[4], "drop_rate", v[5],
                           "qkv_bias", v[6]};
-    const mha_status st = mha_st_write_file(path, e, m->n_params, meta, sizeof meta / sizeof meta[0] / 2);
-    mha__free(e);
-    mha__free(shapes);
-    return st;
+    float *const base[1] = {m->params.arena};
+    const mha__param_views views = {1, no_prefix, base, true};
+    return mha__params_save(&m->params, &views, NULL, 0, meta, sizeof meta / sizeof meta[0] / 2, path);
 }
 
 /* ---- load: shared ------------------------------------------------------- */
@@ -137,6 +126,14 @@ static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
     return MHA_OK;
 }
 
+/* Besides the parameters, a book file holds only the att.mask buffers. */
+static mha_status att_mask(void *arg, const mha_st_tensor *t) {
+    const mha_gpt *m = arg;
+    const size_t n = strlen(t->name);
+    if ((n >= 9 && strcmp(t->name + n - 9, ".att.mask") == 0) || strcmp(t->name, "att.mask") == 0) return MHA_OK;
+    return mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t->name, m->params.owner);
+}
+
 static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) {
     mha_gpt_config c;
     mha_gpt_config_init(&c, kind);
@@ -162,24 +159,9 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) 
     if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
     if ((s = mha_gpt_create(&c, 0, &m)) != MHA_OK) return s;
-    /* every parameter, then nothing else but att.mask buffers */
-    for (size_t i = 0; i < m->n_params && s == MHA_OK; i++) {
-        mha_param *p = &m->params[i];
-        mha_st_tensor t;
-        if ((s = need(st, p->name, &t)) == MHA_OK)
-            s = take(st, &t, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0, false, NULL);
-    }
-    for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
-        mha_st_tensor t;
-        mha_st_get(st, i, &t);
-        mha_param p;
-        const size_t n = strlen(t.name);
-        const bool mask = n >= 9 && strcmp(t.name + n - 9, ".att.mask") == 0;
-        const bool mask0 = strcmp(t.name, "att.mask") == 0;
-        if (!(mask || mask0) && mha_gpt_find_param(m, t.name, &p) != MHA_OK)
-            s = mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t.name, mha_gpt_kind_name(kind));
-    }
-    if (s != MHA_OK) {
+    float *const base[1] = {m->params.arena};
+    const mha__param_views views = {1, no_prefix, base, true};
+    if ((s = mha__params_read(&m->params, &views, st, false, att_mask, m)) != MHA_OK) {
         mha_gpt_free(m);
         return s;
     }
@@ -323,20 +305,11 @@ mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out) {
     return from_book(st, kind, out);
 }
 
+static mha_status load_into(const mha_st *st, void *out) { return mha_gpt_from_st(st, out); }
+
 mha_status mha_gpt_load(const char *path, mha_gpt **out) {
     if (!path || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_load: NULL argument");
-    *out = NULL;
-    mha_st *st = NULL;
-    mha_status s = mha_st_open(path, &st); /* the weights read straight into place */
-    if (s != MHA_OK) return s;
-    s = mha_gpt_from_st(st, out);
-    mha_st_free(st);
-    if (s != MHA_OK) {
-        char d[400];
-        snprintf(d, sizeof d, "%s", mha_last_error());
-        return mha__fail(s, "%s: %s", path, d);
-    }
-    return MHA_OK;
+    return mha__st_load(path, load_into, out); /* the weights read straight into place */
 }
 
 /* ---- generation ---------------------------------------------------------- */
