@@ -159,22 +159,22 @@ static int64_t load_state(const char *dir, const task_cfg *c, float *losses) {
         free(p);
         cli_die("%s", msg);
     }
-    int64_t step = -1;
-    const char *s = mha_st_metadata(st, "step");
-    char *end = NULL;
-    if (s) step = strtoll(s, &end, 10);
-    if (!s || !*s || *end || step < 0)
+    int64_t step = -1, v = 0;
+    if (mha_st_metadata_int(st, "step", 0, INT64_MAX, &step) != MHA_OK)
         snprintf(msg, sizeof msg, "%s: no step count in the metadata (not a checkpoint of mha train)", p);
     else if (step > c->steps)
         snprintf(msg, sizeof msg, "%s: the run is at step %lld, past --steps %lld", p, (long long)step,
                  (long long)c->steps);
-    s = mha_st_metadata(st, "seed");
-    if (!*msg && (!s || strtoull(s, &end, 10) != c->seed || *end))
+    /* the seed is a uint64 (beyond int64): its canonical decimal text is compared */
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    const char *s = mha_st_metadata(st, "seed");
+    if (!*msg && (!s || strcmp(s, seed) != 0))
         snprintf(msg, sizeof msg, "%s: written with another --seed", p);
-#define CHECK_CFG(f)                                                                             \
-    s = mha_st_metadata(st, #f);                                                                 \
-    if (!*msg && (!s || strtoll(s, &end, 10) != c->f || *end))                                   \
-        snprintf(msg, sizeof msg, "%s: written with --%s %s, not %lld", p, #f, s ? s : "?", (long long)c->f);
+#define CHECK_CFG(f)                                                                                       \
+    if (!*msg && (mha_st_metadata_int(st, #f, INT64_MIN, INT64_MAX, &v) != MHA_OK || v != c->f))         \
+        snprintf(msg, sizeof msg, "%s: written with --%s %s, not %lld", p, #f,                            \
+                 mha_st_metadata(st, #f) ? mha_st_metadata(st, #f) : "?", (long long)c->f);
     CFG_KEYS(CHECK_CFG)
 #undef CHECK_CFG
     mha_st_tensor t;

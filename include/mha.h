@@ -551,8 +551,9 @@ MHA_API mha_status mha_optimizer_save(const mha_optimizer *o, const char *path);
  * before anything changes; on failure o is untouched:
  *   ERR_IO / ERR_FORMAT (not a valid safetensors file, see mha_st_parse);
  *   ERR_FORMAT: no "optimizer", or another optimizer's file ("SGD" for an
- *     AdamW), a missing or invalid hyper-parameter (the same rules as
- *     creation), "step" not a decimal integer >= 0, "module" not this
+ *     AdamW), a missing or invalid hyper-parameter (read by the metadata
+ *     rule, mha_st_metadata_int; checked as at creation), "step" not an
+ *     integer >= 0, "module" not this
  *     optimizer's module class, a state value that cannot be (a NaN or
  *     infinity, or a negative exp_avg_sq / max_exp_avg_sq);
  *   ERR_SHAPE: "num_params" / "param_scalars" not the set's, or a
@@ -617,6 +618,21 @@ MHA_API const char *mha_st_metadata(const mha_st *st, const char *key);
 MHA_API size_t mha_st_metadata_count(const mha_st *st);
 MHA_API mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
                                const char **value);
+/* A metadata value read as a number or a flag, by the one rule of every
+ * file mha reads (docs/file-formats.md): the whole string, nothing before
+ * it (no space, tab or '+') or after it;
+ *   int     '-'? then "0" or [1-9][0-9]* (no "-0", no leading zeros), in
+ *           [min, max];
+ *   double  decimal or exponent notation ("0.1", "-2", "1e-08"), finite
+ *           (no hex, inf or nan);
+ *   bool    true/false, True/False or 1/0 (*out 1 or 0).
+ * ERR_MISSING when st has no such key, ERR_FORMAT when the value breaks the
+ * rule or the range (the detail names the key and the value); *out is
+ * written only on success. */
+MHA_API mha_status mha_st_metadata_int(const mha_st *st, const char *key, int64_t min, int64_t max,
+                                       int64_t *out);
+MHA_API mha_status mha_st_metadata_double(const mha_st *st, const char *key, double *out);
+MHA_API mha_status mha_st_metadata_bool(const mha_st *st, const char *key, int *out);
 /* Opens a file reading only its header (validated as mha_st_read_file
  * validates it): the tensors' data stay on disk (mha_st_tensor.data is NULL)
  * until mha_st_read_f32 reads them, so a model loads without a second copy
@@ -659,9 +675,10 @@ MHA_API mha_status mha_st_write_file(const char *path, const mha_st_entry *tenso
 MHA_API mha_status mha_module_save(const mha_module *m, const char *path);
 /* Builds a module from a parsed file: configuration from __metadata__
  * ("module" required, else ERR_FORMAT; unknown class ERR_UNKNOWN_MODULE;
- * integer arguments required, strictly decimal and > 0, dropout optional
- * (default 0), qkv_bias optional (true/false/True/False/1/0), otherwise
- * ERR_CONFIG; unknown keys ignored; then mha_config_validate). Every
+ * values read by the metadata rule (mha_st_metadata_int): integer
+ * arguments required and > 0, dropout optional (default 0), qkv_bias
+ * optional (default false), otherwise ERR_CONFIG; unknown keys ignored;
+ * then mha_config_validate; docs/file-formats.md). Every
  * parameter required (ERR_MISSING) as F32, F16, BF16 or F64 (ERR_DTYPE) of
  * its exact shape (ERR_SHAPE); mask buffers of shape (L, L) accepted, any
  * other tensor ERR_MISSING ("unexpected tensor"); values must be finite

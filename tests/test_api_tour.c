@@ -173,6 +173,15 @@ static void tour_module(void) {
     OK(mha_module_from_st(st, &l));
     CHECK(mha_st_count(st) == 9 && mha_st_metadata_count(st) >= 7, "st counts");
     CHECK(strcmp(mha_st_metadata(st, "module"), "MultiHeadAttention") == 0, "st metadata");
+    {
+        int64_t din = 0;
+        double drop = -1.0;
+        int bias = -1;
+        OK(mha_st_metadata_int(st, "d_in", 1, 1 << 24, &din));
+        OK(mha_st_metadata_double(st, "dropout", &drop));
+        OK(mha_st_metadata_bool(st, "qkv_bias", &bias));
+        CHECK(din == 3 && drop >= 0.0 && (bias == 0 || bias == 1), "typed metadata");
+    }
     const char *key, *value;
     OK(mha_st_metadata_get(st, 0, &key, &value));
     mha_st_tensor t;

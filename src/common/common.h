@@ -69,7 +69,8 @@ const mha__cpu_features *mha__cpu(void);
  * LC_NUMERIC the program has set. */
 void mha__format_double(char *buf, size_t cap, double x);
 /* A finite double in plain decimal notation ("0.1", "-2", "1e-08"; no
- * spaces, hex, inf or nan), read in the C locale. false otherwise. */
+ * '+' first, no spaces, hex, inf or nan), read in the C locale. false
+ * otherwise. */
 bool mha__parse_double(const char *s, double *out);
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above

@@ -77,15 +77,21 @@ static mha_status need(const mha_st *st, const char *name, mha_st_tensor *t) {
 
 /* ---- load: the book's names ---------------------------------------------- */
 
-static mha_status meta_int(const mha_st *st, const char *key, int64_t *out) {
-    const char *s = mha_st_metadata(st, key);
-    if (!s) return mha__fail(MHA_ERR_CONFIG, "metadata '%s' is missing", key);
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 1 || s[0] == '+' || s[0] == ' ')
-        return mha__fail(MHA_ERR_CONFIG, "metadata '%s' must be a positive integer, got '%.40s'", key, s);
-    *out = v;
-    return MHA_OK;
+/* The book's cfg keys: integers > 0 (required: a TransformerBlock's
+ * without vocab_size and n_layers), drop_rate and qkv_bias (optional: 0,
+ * false), read by the metadata rule; a missing or bad one is ERR_CONFIG. */
+static mha_status config_from_meta(const mha_st *st, mha_gpt_config *c) {
+    static const char *const keys[5] = {"context_length", "emb_dim", "n_heads", "vocab_size", "n_layers"};
+    int64_t *const dst[5] = {&c->context_length, &c->emb_dim, &c->n_heads, &c->vocab_size, &c->n_layers};
+    mha_status s = MHA_OK;
+    for (int k = 0; s == MHA_OK && k < (c->kind == MHA_GPT_MODEL ? 5 : 3); k++)
+        s = mha_st_metadata_int(st, keys[k], 1, INT64_MAX, dst[k]);
+    c->drop_rate = 0.0;
+    c->qkv_bias = 0;
+    if (s == MHA_OK && mha_st_metadata(st, "drop_rate"))
+        s = mha_st_metadata_double(st, "drop_rate", &c->drop_rate);
+    if (s == MHA_OK && mha_st_metadata(st, "qkv_bias")) s = mha_st_metadata_bool(st, "qkv_bias", &c->qkv_bias);
+    return s == MHA_ERR_FORMAT || s == MHA_ERR_MISSING ? MHA_ERR_CONFIG : s;
 }
 
 /* The loader creates the model (allocating every parameter) before it can
@@ -130,32 +136,16 @@ static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
 static mha_status att_mask(void *arg, const mha_st_tensor *t) {
     const mha_gpt *m = arg;
     const size_t n = strlen(t->name);
-    if ((n >= 9 && strcmp(t->name + n - 9, ".att.mask") == 0) || strcmp(t->name, "att.mask") == 0) return MHA_OK;
+    if ((n >= 9 && strcmp(t->name + n - 9, ".att.mask") == 0) || strcmp(t->name, "att.mask") == 0)
+        return MHA_OK;
     return mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t->name, m->params.owner);
 }
 
 static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) {
     mha_gpt_config c;
     mha_gpt_config_init(&c, kind);
-    mha_status s;
-    if ((s = meta_int(st, "context_length", &c.context_length)) != MHA_OK) return s;
-    if ((s = meta_int(st, "emb_dim", &c.emb_dim)) != MHA_OK) return s;
-    if ((s = meta_int(st, "n_heads", &c.n_heads)) != MHA_OK) return s;
-    if (kind == MHA_GPT_MODEL) {
-        if ((s = meta_int(st, "vocab_size", &c.vocab_size)) != MHA_OK) return s;
-        if ((s = meta_int(st, "n_layers", &c.n_layers)) != MHA_OK) return s;
-    }
-    const char *v = mha_st_metadata(st, "drop_rate");
-    c.drop_rate = 0.0;
-    if (v && !mha__parse_double(v, &c.drop_rate))
-        return mha__fail(MHA_ERR_CONFIG, "metadata 'drop_rate' is not a number: '%.40s'", v);
-    v = mha_st_metadata(st, "qkv_bias");
-    c.qkv_bias = 0;
-    if (v) {
-        if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) c.qkv_bias = 1;
-        else if (strcmp(v, "false") && strcmp(v, "False") && strcmp(v, "0"))
-            return mha__fail(MHA_ERR_CONFIG, "metadata 'qkv_bias' must be true or false, got '%.40s'", v);
-    }
+    mha_status s = config_from_meta(st, &c);
+    if (s != MHA_OK) return s;
     if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
     if ((s = mha_gpt_create(&c, 0, &m)) != MHA_OK) return s;
@@ -196,21 +186,19 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
     }
     if (c.n_layers == 0) return mha__fail(MHA_ERR_MISSING, "missing tensor '%sh.0.ln_1.weight'", pre);
     /* the head count is not in the shapes: metadata, else GPT-2's head size 64 */
-    const char *v = mha_st_metadata(st, "n_heads");
-    if (!v) v = mha_st_metadata(st, "n_head");
-    if (v) {
-        char *end = NULL;
-        long long h = strtoll(v, &end, 10);
-        if (!*v || *end || h < 1) return mha__fail(MHA_ERR_CONFIG, "metadata n_heads must be a positive integer, got '%.40s'", v);
-        c.n_heads = h;
+    const char *key = mha_st_metadata(st, "n_heads") ? "n_heads"
+                      : mha_st_metadata(st, "n_head") ? "n_head"
+                                                       : NULL;
+    if (key) {
+        if ((s = mha_st_metadata_int(st, key, 1, INT64_MAX, &c.n_heads)) != MHA_OK) return MHA_ERR_CONFIG;
     } else if (c.emb_dim % 64 == 0) {
         c.n_heads = c.emb_dim / 64;
     } else {
         return mha__fail(MHA_ERR_CONFIG, "emb_dim %lld is not a multiple of GPT-2's head size 64: give n_heads in the metadata",
                          (long long)c.emb_dim);
     }
-    if ((v = mha_st_metadata(st, "drop_rate")) && !mha__parse_double(v, &c.drop_rate))
-        return mha__fail(MHA_ERR_CONFIG, "metadata 'drop_rate' is not a number: '%.40s'", v);
+    if (mha_st_metadata(st, "drop_rate") && mha_st_metadata_double(st, "drop_rate", &c.drop_rate) != MHA_OK)
+        return MHA_ERR_CONFIG;
     /* lm_head.weight: tied when absent or equal to wte */
     mha_st_tensor head;
     snprintf(name, sizeof name, "%slm_head.weight", pre);

@@ -106,59 +106,9 @@ mha_status mha_module_save(const mha_module *m, const char *path) {
 /* Load                                                                       */
 /* ------------------------------------------------------------------------ */
 
-/* A strictly decimal integer > 0: digits only (a leading '-' is read so the
- * detail can say the value must be positive). */
-static mha_status meta_int(const mha_st *st, const char *key, int64_t *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_CONFIG, "__metadata__ has no '%s'", key);
-    const char *p = v;
-    bool neg = *p == '-';
-    if (neg) p++;
-    if (*p == '\0')
-        return mha__fail(MHA_ERR_CONFIG, "__metadata__ '%s' = '%s' is not an integer", key, v);
-    int64_t x = 0;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return mha__fail(MHA_ERR_CONFIG, "__metadata__ '%s' = '%s' is not an integer",
-                             key, v);
-        if (!mha__mul_i64(x, 10, &x) || __builtin_add_overflow(x, (int64_t)(*p - '0'), &x))
-            return mha__fail(MHA_ERR_CONFIG, "__metadata__ '%s' = '%s' is out of range",
-                             key, v);
-    }
-    if (neg || x == 0)
-        return mha__fail(MHA_ERR_CONFIG, "__metadata__ '%s' = '%s' must be > 0", key, v);
-    *out = x;
-    return MHA_OK;
-}
-
-static mha_status meta_dropout(const mha_st *st, double *out) {
-    const char *v = mha_st_metadata(st, "dropout");
-    if (!v) {
-        *out = 0.0;
-        return MHA_OK;
-    }
-    double d = 0.0;
-    const bool ok = mha__parse_double(v, &d);
-    if (!ok)
-        return mha__fail(MHA_ERR_CONFIG, "__metadata__ 'dropout' = '%s' is not a finite "
-                         "number", v);
-    *out = d;
-    return MHA_OK;
-}
-
-static mha_status meta_bool(const mha_st *st, const char *key, int *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) {
-        *out = 0;
-        return MHA_OK;
-    }
-    if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) *out = 1;
-    else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *out = 0;
-    else
-        return mha__fail(MHA_ERR_CONFIG, "__metadata__ '%s' = '%s' is not a boolean", key, v);
-    return MHA_OK;
-}
-
+/* The constructor's arguments: integers > 0 (required), dropout and
+ * qkv_bias (optional: 0, false), read by the metadata rule; a missing or bad
+ * one is ERR_CONFIG. */
 static mha_status config_from_meta(const mha_st *st, mha_config *c) {
     const char *cls = mha_st_metadata(st, "module");
     if (!cls)
@@ -167,19 +117,18 @@ static mha_status config_from_meta(const mha_st *st, mha_config *c) {
     mha_status s = mha_kind_from_name(cls, &kind);
     if (s != MHA_OK) return mha__fail(s, "unknown module '%s'", cls);
     mha_config_init(c, kind);
-    s = meta_int(st, "d_in", &c->d_in);
-    if (s == MHA_OK) s = meta_int(st, "d_out", &c->d_out);
-    if (s != MHA_OK) return s;
-    if (kind != MHA_SELF_ATTENTION_V1) {
-        s = meta_bool(st, "qkv_bias", &c->qkv_bias);
-        if (s != MHA_OK) return s;
+    s = mha_st_metadata_int(st, "d_in", 1, INT64_MAX, &c->d_in);
+    if (s == MHA_OK) s = mha_st_metadata_int(st, "d_out", 1, INT64_MAX, &c->d_out);
+    if (s == MHA_OK && kind != MHA_SELF_ATTENTION_V1 && mha_st_metadata(st, "qkv_bias"))
+        s = mha_st_metadata_bool(st, "qkv_bias", &c->qkv_bias);
+    if (s == MHA_OK && kind >= MHA_CAUSAL_ATTENTION) {
+        s = mha_st_metadata_int(st, "context_length", 1, INT64_MAX, &c->context_length);
+        if (s == MHA_OK && mha_st_metadata(st, "dropout"))
+            s = mha_st_metadata_double(st, "dropout", &c->dropout);
+        if (s == MHA_OK && kind != MHA_CAUSAL_ATTENTION)
+            s = mha_st_metadata_int(st, "num_heads", 1, INT64_MAX, &c->num_heads);
     }
-    if (kind == MHA_SELF_ATTENTION_V1 || kind == MHA_SELF_ATTENTION_V2) return MHA_OK;
-    s = meta_int(st, "context_length", &c->context_length);
-    if (s == MHA_OK) s = meta_dropout(st, &c->dropout);
-    if (s == MHA_OK && kind != MHA_CAUSAL_ATTENTION)
-        s = meta_int(st, "num_heads", &c->num_heads);
-    return s;
+    return s == MHA_ERR_FORMAT || s == MHA_ERR_MISSING ? MHA_ERR_CONFIG : s;
 }
 
 /* "mask" for CausalAttention/MultiHeadAttention, "heads.N.mask" with

@@ -380,7 +380,8 @@ static mha_status check_gradients(mha_optimizer *o) {
         for (size_t j = 0; stepped(o, i) && j < ps->p[i].numel; j++)
             if (!isfinite(g[j]))
                 return mha__fail(MHA_ERR_NONFINITE,
-                                 "gradient of '%s' holds %s at element %zu; nothing was updated", ps->p[i].name, isnan(g[j]) ? "NaN" : "infinity", j);
+                                 "gradient of '%s' holds %s at element %zu; nothing was updated", ps->p[i].name,
+                                 isnan(g[j]) ? "NaN" : "infinity", j);
     }
     return mha__fail(MHA_ERR_NONFINITE, "a gradient holds NaN or infinity; nothing was updated");
 }
@@ -519,42 +520,6 @@ mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
 /* Load                                                                       */
 /* ------------------------------------------------------------------------ */
 
-static mha_status meta_double(const mha_st *st, const char *key, double *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no '%s'", key);
-    if (!mha__parse_double(v, out))
-        return mha__fail(MHA_ERR_FORMAT, "__metadata__ '%s' = '%.60s' is not a finite number",
-                         key, v);
-    return MHA_OK;
-}
-
-static mha_status meta_flag(const mha_st *st, const char *key, int *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no '%s'", key);
-    if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) *out = 1;
-    else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *out = 0;
-    else
-        return mha__fail(MHA_ERR_FORMAT, "__metadata__ '%s' = '%.60s' is not a boolean", key, v);
-    return MHA_OK;
-}
-
-/* Strictly decimal digits, within int64 / size_t. */
-static mha_status meta_count(const mha_st *st, const char *key, uint64_t max, uint64_t *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no '%s'", key);
-    uint64_t x = 0;
-    bool ok = v[0] != '\0';
-    for (const char *p = v; ok && *p; p++) {
-        ok = *p >= '0' && *p <= '9' && !__builtin_mul_overflow(x, 10, &x) &&
-             !__builtin_add_overflow(x, (uint64_t)(*p - '0'), &x) && x <= max;
-    }
-    if (!ok)
-        return mha__fail(MHA_ERR_FORMAT, "__metadata__ '%s' = '%.60s' is not a decimal integer "
-                         "in [0, %" PRIu64 "]", key, v, max);
-    *out = x;
-    return MHA_OK;
-}
-
 static mha_status meta_variant(const mha_st *st, mha_optim_variant *out) {
     const char *v = mha_st_metadata(st, "variant");
     if (!v || !strcmp(v, "avx2")) *out = MHA_OPTIM_TORCH_AVX2;
@@ -573,7 +538,8 @@ static mha_status invalid_hyper(void) {
     return mha__fail(MHA_ERR_FORMAT, "invalid hyper-parameters: %s", detail);
 }
 
-/* The hyper-parameters and step of a file meant for o. */
+/* The hyper-parameters, step and counts of a file meant for o, read by the
+ * metadata rule; a missing or bad one is ERR_FORMAT. */
 static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_config *a,
                             mha_sgd_config *sc, int64_t *step) {
     const char *opt = mha_st_metadata(st, "optimizer");
@@ -583,31 +549,22 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
     if (strcmp(opt, kind_names[o->kind]) != 0)
         return mha__fail(MHA_ERR_FORMAT, "the file holds a '%.40s' state; this optimizer is %s",
                          opt, kind_names[o->kind]);
-    mha_status s;
-    if (o->kind == OPT_ADAMW) {
-        mha_adamw_config_init(a);
-        s = meta_double(st, "lr", &a->lr);
-        if (s == MHA_OK) s = meta_double(st, "beta1", &a->beta1);
-        if (s == MHA_OK) s = meta_double(st, "beta2", &a->beta2);
-        if (s == MHA_OK) s = meta_double(st, "eps", &a->eps);
-        if (s == MHA_OK) s = meta_double(st, "weight_decay", &a->weight_decay);
-        if (s == MHA_OK) s = meta_flag(st, "amsgrad", &a->amsgrad);
-        if (s == MHA_OK) s = meta_variant(st, &a->variant);
-        if (s == MHA_OK && adamw_validate(a) != MHA_OK) s = invalid_hyper();
-    } else {
-        mha_sgd_config_init(sc);
-        s = meta_double(st, "lr", &sc->lr);
-        if (s == MHA_OK) s = meta_double(st, "momentum", &sc->momentum);
-        if (s == MHA_OK) s = meta_double(st, "dampening", &sc->dampening);
-        if (s == MHA_OK) s = meta_double(st, "weight_decay", &sc->weight_decay);
-        if (s == MHA_OK) s = meta_flag(st, "nesterov", &sc->nesterov);
-        if (s == MHA_OK) s = meta_variant(st, &sc->variant);
-        if (s == MHA_OK && sgd_validate(sc) != MHA_OK) s = invalid_hyper();
-    }
-    uint64_t u;
-    if (s == MHA_OK) s = meta_count(st, "step", (uint64_t)INT64_MAX, &u);
-    if (s != MHA_OK) return s;
-    *step = (int64_t)u;
+    mha_adamw_config_init(a);
+    mha_sgd_config_init(sc);
+    const bool aw = o->kind == OPT_ADAMW;
+    static const char *const a_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    static const char *const s_keys[4] = {"lr", "momentum", "dampening", "weight_decay"};
+    double *const a_dst[5] = {&a->lr, &a->beta1, &a->beta2, &a->eps, &a->weight_decay};
+    double *const s_dst[4] = {&sc->lr, &sc->momentum, &sc->dampening, &sc->weight_decay};
+    mha_status s = MHA_OK;
+    for (int k = 0; s == MHA_OK && k < (aw ? 5 : 4); k++)
+        s = mha_st_metadata_double(st, aw ? a_keys[k] : s_keys[k], aw ? a_dst[k] : s_dst[k]);
+    if (s == MHA_OK)
+        s = mha_st_metadata_bool(st, aw ? "amsgrad" : "nesterov", aw ? &a->amsgrad : &sc->nesterov);
+    if (s == MHA_OK) s = meta_variant(st, aw ? &a->variant : &sc->variant);
+    if (s == MHA_OK && (aw ? adamw_validate(a) : sgd_validate(sc)) != MHA_OK) s = invalid_hyper();
+    if (s == MHA_OK) s = mha_st_metadata_int(st, "step", 0, INT64_MAX, step);
+    if (s != MHA_OK) return s == MHA_ERR_MISSING ? MHA_ERR_FORMAT : s;
 
     /* the module this state belongs to */
     const char *cls = mha_st_metadata(st, "module");
@@ -616,12 +573,12 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
     if (strcmp(cls, mine) != 0)
         return mha__fail(MHA_ERR_FORMAT, "the state is for a %.60s; this optimizer's module is "
                          "a %s", cls, mine);
-    uint64_t np, sc_n;
-    s = meta_count(st, "num_params", SIZE_MAX, &np);
-    if (s == MHA_OK) s = meta_count(st, "param_scalars", SIZE_MAX, &sc_n);
-    if (s != MHA_OK) return s;
-    if (np != o->n_params || sc_n != o->ps->floats)
-        return mha__fail(MHA_ERR_SHAPE, "the state is for %" PRIu64 " parameters of %" PRIu64
+    int64_t np, sc_n;
+    s = mha_st_metadata_int(st, "num_params", 0, INT64_MAX, &np);
+    if (s == MHA_OK) s = mha_st_metadata_int(st, "param_scalars", 0, INT64_MAX, &sc_n);
+    if (s != MHA_OK) return s == MHA_ERR_MISSING ? MHA_ERR_FORMAT : s;
+    if ((uint64_t)np != o->n_params || (uint64_t)sc_n != o->ps->floats)
+        return mha__fail(MHA_ERR_SHAPE, "the state is for %" PRId64 " parameters of %" PRId64
                          " values; this optimizer's module has %zu of %zu", np, sc_n,
                          o->n_params, o->ps->floats);
     return MHA_OK;
@@ -649,7 +606,8 @@ static mha_status load_st(const mha_st *st, void *arg) {
             for (size_t j = 0; s == MHA_OK && stepped(o, i) && j < ps->p[i].numel; j++)
                 if (v[j] < 0.0f)
                     s = mha__fail(MHA_ERR_FORMAT,
-                                  "tensor '%s%s' holds %g at element %zu (must be finite and >= 0)", adamw_state_names[k], ps->p[i].name, (double)v[j], j);
+                                  "tensor '%s%s' holds %g at element %zu (must be finite and >= 0)",
+                                  adamw_state_names[k], ps->p[i].name, (double)v[j], j);
         }
     if (s != MHA_OK) {
         free_states(fresh);
