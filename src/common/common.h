@@ -43,6 +43,9 @@ void *mha__alloc_n(size_t n, size_t size);
 void *mha__calloc_n(size_t n, size_t size);
 char *mha__strdup(const char *s);
 void mha__free(void *p);
+/* A scratch buffer *buf of *cap bytes grown (its contents dropped) to at
+ * least need bytes; on failure (ERR_NOMEM naming what) it is unchanged. */
+mha_status mha__grow(void **buf, size_t *cap, size_t need, const char *what);
 
 /* MHA_ERR_NOMEM with a detail "<fmt...> (could not allocate N bytes)",
  * N being the size of this thread's last failed allocation. */

@@ -70,13 +70,8 @@ static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__atte
     const size_t o_bits = o_lse + mha__align64(lse);
     if (o_lse < o_ctx || o_bits < o_lse || !mha__add_size(o_bits, bits, &total))
         return mha__fail(MHA_ERR_OVERFLOW, "tape size overflows");
-    if (t->cap < total) {
-        void *buf = mha__alloc(total);
-        if (!buf) return mha__nomem("out of memory growing the tape to %zu bytes", total);
-        mha__free(t->buf);
-        t->buf = buf;
-        t->cap = total;
-    }
+    mha_status st = mha__grow(&t->buf, &t->cap, total, "the tape");
+    if (st != MHA_OK) return st;
     char *b = t->buf;
     t->qkv = (float *)(void *)b;
     t->ctx = (float *)(void *)(b + o_ctx);

@@ -79,34 +79,29 @@ static size_t param_floats(const mha_config *c) {
     return (size_t)n;
 }
 
+/* ERR_CONFIG when a size is below 1, ERR_OVERFLOW above MHA_MAX_DIM. */
+static mha_status check_dim(const char *name, int64_t v) {
+    if (v < 1) return mha__fail(MHA_ERR_CONFIG, "%s must be positive, got %lld", name, (long long)v);
+    if (v > MHA_MAX_DIM)
+        return mha__fail(MHA_ERR_OVERFLOW, "%s (%lld) must be at most %lld", name, (long long)v,
+                         (long long)MHA_MAX_DIM);
+    return MHA_OK;
+}
+
 mha_status mha_config_validate(const mha_config *c) {
     if (!c) return mha__fail(MHA_ERR_ARGUMENT, "configuration is NULL");
     if (!kind_valid(c->kind))
         return mha__fail(MHA_ERR_UNKNOWN_MODULE, "unknown module kind %d", (int)c->kind);
-    if (c->d_in < 1) return mha__fail(MHA_ERR_CONFIG, "d_in must be positive, got %lld", (long long)c->d_in);
-    if (c->d_out < 1) return mha__fail(MHA_ERR_CONFIG, "d_out must be positive, got %lld", (long long)c->d_out);
-    if (c->d_in > MHA_MAX_DIM || c->d_out > MHA_MAX_DIM)
-        return mha__fail(MHA_ERR_OVERFLOW, "d_in (%lld) and d_out (%lld) must be at most %lld",
-                         (long long)c->d_in, (long long)c->d_out, (long long)MHA_MAX_DIM);
+    mha_status st = check_dim("d_in", c->d_in);
+    if (st == MHA_OK) st = check_dim("d_out", c->d_out);
+    if (st == MHA_OK && c->kind >= MHA_CAUSAL_ATTENTION) st = check_dim("context_length", c->context_length);
+    if (st == MHA_OK && has_heads(c->kind)) st = check_dim("num_heads", c->num_heads);
+    if (st != MHA_OK) return st;
     if (c->kind != MHA_SELF_ATTENTION_V1 && c->qkv_bias != 0 && c->qkv_bias != 1)
         return mha__fail(MHA_ERR_CONFIG, "qkv_bias must be 0 or 1, got %d", c->qkv_bias);
-    if (c->kind >= MHA_CAUSAL_ATTENTION) {
-        if (c->context_length < 1)
-            return mha__fail(MHA_ERR_CONFIG, "context_length must be positive, got %lld",
-                             (long long)c->context_length);
-        if (c->context_length > MHA_MAX_DIM)
-            return mha__fail(MHA_ERR_OVERFLOW, "context_length (%lld) must be at most %lld",
-                             (long long)c->context_length, (long long)MHA_MAX_DIM);
-        if (!(c->dropout >= 0.0 && c->dropout < 1.0))
-            return mha__fail(MHA_ERR_CONFIG, "dropout must be in [0, 1), got %g", c->dropout);
-    }
+    if (c->kind >= MHA_CAUSAL_ATTENTION && !(c->dropout >= 0.0 && c->dropout < 1.0))
+        return mha__fail(MHA_ERR_CONFIG, "dropout must be in [0, 1), got %g", c->dropout);
     if (has_heads(c->kind)) {
-        if (c->num_heads < 1)
-            return mha__fail(MHA_ERR_CONFIG, "num_heads must be positive, got %lld",
-                             (long long)c->num_heads);
-        if (c->num_heads > MHA_MAX_DIM)
-            return mha__fail(MHA_ERR_OVERFLOW, "num_heads (%lld) must be at most %lld",
-                             (long long)c->num_heads, (long long)MHA_MAX_DIM);
         if (c->kind == MHA_MULTI_HEAD_ATTENTION && c->d_out % c->num_heads != 0)
             return mha__fail(MHA_ERR_CONFIG, "d_out (%lld) must be divisible by num_heads (%lld)",
                              (long long)c->d_out, (long long)c->num_heads);
@@ -402,13 +397,8 @@ mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
                              need, *workspace_size);
         return MHA_OK;
     }
-    if (m->ws_size < need) {
-        void *ws = mha__alloc(need);
-        if (!ws) return mha__nomem("out of memory allocating %zu bytes of workspace", need);
-        mha__free(m->ws);
-        m->ws = ws;
-        m->ws_size = need;
-    }
+    mha_status st = mha__grow(&m->ws, &m->ws_size, need, "the workspace");
+    if (st != MHA_OK) return st;
     *workspace = m->ws;
     *workspace_size = m->ws_size;
     return MHA_OK;

@@ -469,41 +469,44 @@ static mha__param_views state_views(const mha_optimizer *o, int ns, float *const
     return (mha__param_views){(size_t)ns, names, state, false};
 }
 
+/* The hyper-parameters a file holds, in file order: the floats, the flag,
+ * the variant, pointing into a and s. */
+typedef struct {
+    int n;
+    const char *const *keys;
+    double *v[5];
+    const char *flag;
+    int *flag_v;
+    mha_optim_variant *variant;
+} hyper_list;
+
+static hyper_list hypers(opt_kind kind, mha_adamw_config *a, mha_sgd_config *s) {
+    static const char *const a_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    static const char *const s_keys[4] = {"lr", "momentum", "dampening", "weight_decay"};
+    if (kind == OPT_ADAMW)
+        return (hyper_list){5, a_keys, {&a->lr, &a->beta1, &a->beta2, &a->eps, &a->weight_decay}, "amsgrad",
+                            &a->amsgrad, &a->variant};
+    return (hyper_list){4, s_keys, {&s->lr, &s->momentum, &s->dampening, &s->weight_decay}, "nesterov",
+                        &s->nesterov, &s->variant};
+}
+
 mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
     if (!o || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_save: NULL argument");
     const int ns = n_state_tensors(o->kind, &o->adamw, &o->sgd, o->step);
-    char v_lr[32], v_a[32], v_b[32], v_c[32], v_wd[32], v_step[24], v_np[24], v_sc[24];
+    mha_adamw_config a = o->adamw;
+    mha_sgd_config sc = o->sgd;
+    const hyper_list h = hypers(o->kind, &a, &sc);
+    char num[5][32], v_step[24], v_np[24], v_sc[24];
     const char *meta[26];
     size_t nm = 0;
 #define META(k, v) (meta[2 * nm] = (k), meta[2 * nm + 1] = (v), nm++)
     META("optimizer", kind_names[o->kind]);
-    if (o->kind == OPT_ADAMW) {
-        const mha_adamw_config *c = &o->adamw;
-        mha__format_double(v_lr, sizeof v_lr, c->lr);
-        mha__format_double(v_a, sizeof v_a, c->beta1);
-        mha__format_double(v_b, sizeof v_b, c->beta2);
-        mha__format_double(v_c, sizeof v_c, c->eps);
-        mha__format_double(v_wd, sizeof v_wd, c->weight_decay);
-        META("lr", v_lr);
-        META("beta1", v_a);
-        META("beta2", v_b);
-        META("eps", v_c);
-        META("weight_decay", v_wd);
-        META("amsgrad", c->amsgrad ? "true" : "false");
-        META("variant", variant_name(c->variant));
-    } else {
-        const mha_sgd_config *c = &o->sgd;
-        mha__format_double(v_lr, sizeof v_lr, c->lr);
-        mha__format_double(v_a, sizeof v_a, c->momentum);
-        mha__format_double(v_b, sizeof v_b, c->dampening);
-        mha__format_double(v_wd, sizeof v_wd, c->weight_decay);
-        META("lr", v_lr);
-        META("momentum", v_a);
-        META("dampening", v_b);
-        META("weight_decay", v_wd);
-        META("nesterov", c->nesterov ? "true" : "false");
-        META("variant", variant_name(c->variant));
+    for (int k = 0; k < h.n; k++) {
+        mha__format_double(num[k], sizeof num[k], *h.v[k]);
+        META(h.keys[k], num[k]);
     }
+    META(h.flag, *h.flag_v ? "true" : "false");
+    META("variant", variant_name(*h.variant));
     snprintf(v_step, sizeof v_step, "%" PRId64, o->step);
     snprintf(v_np, sizeof v_np, "%zu", o->n_params);
     snprintf(v_sc, sizeof v_sc, "%zu", o->ps->floats);
@@ -551,18 +554,13 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
                          opt, kind_names[o->kind]);
     mha_adamw_config_init(a);
     mha_sgd_config_init(sc);
-    const bool aw = o->kind == OPT_ADAMW;
-    static const char *const a_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
-    static const char *const s_keys[4] = {"lr", "momentum", "dampening", "weight_decay"};
-    double *const a_dst[5] = {&a->lr, &a->beta1, &a->beta2, &a->eps, &a->weight_decay};
-    double *const s_dst[4] = {&sc->lr, &sc->momentum, &sc->dampening, &sc->weight_decay};
+    const hyper_list h = hypers(o->kind, a, sc);
     mha_status s = MHA_OK;
-    for (int k = 0; s == MHA_OK && k < (aw ? 5 : 4); k++)
-        s = mha_st_metadata_double(st, aw ? a_keys[k] : s_keys[k], aw ? a_dst[k] : s_dst[k]);
-    if (s == MHA_OK)
-        s = mha_st_metadata_bool(st, aw ? "amsgrad" : "nesterov", aw ? &a->amsgrad : &sc->nesterov);
-    if (s == MHA_OK) s = meta_variant(st, aw ? &a->variant : &sc->variant);
-    if (s == MHA_OK && (aw ? adamw_validate(a) : sgd_validate(sc)) != MHA_OK) s = invalid_hyper();
+    for (int k = 0; s == MHA_OK && k < h.n; k++) s = mha_st_metadata_double(st, h.keys[k], h.v[k]);
+    if (s == MHA_OK) s = mha_st_metadata_bool(st, h.flag, h.flag_v);
+    if (s == MHA_OK) s = meta_variant(st, h.variant);
+    if (s == MHA_OK && (o->kind == OPT_ADAMW ? adamw_validate(a) : sgd_validate(sc)) != MHA_OK)
+        s = invalid_hyper();
     if (s == MHA_OK) s = mha_st_metadata_int(st, "step", 0, INT64_MAX, step);
     if (s != MHA_OK) return s == MHA_ERR_MISSING ? MHA_ERR_FORMAT : s;
 
