@@ -94,13 +94,10 @@ static mha_status config_from_meta(const mha_st *st, mha_gpt_config *c) {
     return s == MHA_ERR_FORMAT || s == MHA_ERR_MISSING ? MHA_ERR_CONFIG : s;
 }
 
-/* The loader creates the model (allocating every parameter) before it can
- * read the tensors into it. A few bytes of metadata (or, for Hugging Face
- * files, many tiny h.N.ln_1.weight tensors) could ask for a huge model, so
- * a large one must first be plausible: the file has to hold at least as
- * many float bytes (at 2 bytes a value, F16) as the model's weight matrices
- * have values. Small models skip this, so their errors name the exact
- * tensor. (The same rule as the module loader's, src/io/module_io.c.) */
+/* A large model must first be plausible (mha__st_can_fill; for Hugging
+ * Face files many tiny h.N.ln_1.weight tensors could ask for a huge one):
+ * the file has to hold as many float values as its weight matrices. Small
+ * models skip this, so their errors name the exact tensor. */
 #define LOAD_SMALL_SCALARS ((uint64_t)1 << 20)
 
 static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
@@ -114,22 +111,10 @@ static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
         ok = !__builtin_add_overflow((uint64_t)c->vocab_size, (uint64_t)c->context_length, &emb) &&
              !__builtin_mul_overflow(emb, E, &emb) && !__builtin_add_overflow(total, emb, &total);
     if (ok && total <= LOAD_SMALL_SCALARS) return MHA_OK;
-    uint64_t have_bytes = 0;
-    for (size_t i = 0; i < mha_st_count(st); i++) {
-        mha_st_tensor t;
-        if (mha_st_get(st, i, &t) != MHA_OK) continue;
-        if (t.dtype == MHA_DTYPE_F32 || t.dtype == MHA_DTYPE_F16 || t.dtype == MHA_DTYPE_BF16 ||
-            t.dtype == MHA_DTYPE_F64)
-            have_bytes += t.nbytes; /* sums to at most the file size */
-    }
-    if (!ok || total > have_bytes / 2)
-        return mha__fail(MHA_ERR_MISSING,
-                         "%s(emb_dim=%lld, n_layers=%lld) needs %s%llu parameter values; the file holds %llu "
-                         "bytes of float tensors",
-                         mha_gpt_kind_name(c->kind), (long long)c->emb_dim, (long long)L, ok ? "" : "over ",
-                         ok ? (unsigned long long)total : (unsigned long long)UINT64_MAX,
-                         (unsigned long long)have_bytes);
-    return MHA_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s(emb_dim=%lld, n_layers=%lld)", mha_gpt_kind_name(c->kind),
+             (long long)c->emb_dim, (long long)L);
+    return mha__st_can_fill(st, ok, total, 0, what);
 }
 
 /* Besides the parameters, a book file holds only the att.mask buffers. */

@@ -148,12 +148,9 @@ static bool is_mask_name(const mha_config *c, const char *name) {
     return h < c->num_heads;
 }
 
-/* The loader creates the module (allocating its parameters) before it can
- * name the tensors it needs. A few bytes of metadata could ask for a huge
- * module, so a large one must first be plausible: the file has to hold at
- * least as many float tensors and float bytes (at 2 bytes a value, F16) as
- * the module has parameters and parameter values. Small modules skip this,
- * so their errors name the exact tensor. */
+/* A large module must first be plausible (mha__st_can_fill): the file has
+ * to hold as many float tensors and values as the module's parameters.
+ * Small modules skip this, so their errors name the exact tensor. */
 #define LOAD_SMALL_SCALARS ((uint64_t)1 << 20)
 #define LOAD_SMALL_PARAMS ((uint64_t)4096)
 
@@ -173,24 +170,10 @@ static mha_status precheck_size(const mha_st *st, const mha_config *c) {
     ok = ok && !__builtin_mul_overflow(per, heads, &total) &&
          !__builtin_mul_overflow(nparams, heads, &nparams);
     if (ok && total <= LOAD_SMALL_SCALARS && nparams <= LOAD_SMALL_PARAMS) return MHA_OK;
-    uint64_t have_bytes = 0, have_tensors = 0;
-    for (size_t i = 0; i < mha_st_count(st); i++) {
-        mha_st_tensor t;
-        if (mha_st_get(st, i, &t) != MHA_OK) continue;
-        if (t.dtype == MHA_DTYPE_F32 || t.dtype == MHA_DTYPE_F16 ||
-            t.dtype == MHA_DTYPE_BF16 || t.dtype == MHA_DTYPE_F64) {
-            have_bytes += t.nbytes; /* sums to at most the file size */
-            have_tensors++;
-        }
-    }
-    if (!ok || total > have_bytes / 2 || nparams > have_tensors)
-        return mha__fail(MHA_ERR_MISSING,
-                         "%s(d_in=%" PRId64 ", d_out=%" PRId64 ") needs %s%" PRIu64
-                         " parameter values in %" PRIu64 " tensors; the file holds %" PRIu64
-                         " float tensors of %" PRIu64 " bytes",
-                         mha_kind_name(c->kind), c->d_in, c->d_out, ok ? "" : "over ",
-                         ok ? total : UINT64_MAX, nparams, have_tensors, have_bytes);
-    return MHA_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s(d_in=%" PRId64 ", d_out=%" PRId64 ")", mha_kind_name(c->kind), c->d_in,
+             c->d_out);
+    return mha__st_can_fill(st, ok, total, nparams, what);
 }
 
 /* A tensor other than a parameter: a mask buffer of shape (L, L), or ERR_MISSING. */

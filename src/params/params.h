@@ -98,6 +98,13 @@ mha_status mha__params_save(const mha_params *ps, const mha__param_views *v, con
 mha_status mha__params_read(const mha_params *ps, const mha__param_views *v, const mha_st *st, bool f32_only,
                             mha_status (*other)(void *arg, const mha_st_tensor *t), void *arg);
 
+/* A loader creates the set (allocating it) before it can read the tensors
+ * into it, and a few bytes of metadata could ask for a huge one: MHA_OK
+ * when st holds at least `tensors` float tensors and 2 bytes (F16) per
+ * value of `values`, else ERR_MISSING naming what ("MultiHeadAttention(d_in
+ * =..., ...)") and the file's counts; counted false: the counts overflowed. */
+mha_status mha__st_can_fill(const mha_st *st, bool counted, uint64_t values, uint64_t tensors, const char *what);
+
 /* Opens path (its header; data read on demand) and hands it to load(st,
  * arg); a failure's detail begins with the path. */
 mha_status mha__st_load(const char *path, mha_status (*load)(const mha_st *st, void *arg), void *arg);

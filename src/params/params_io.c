@@ -19,6 +19,10 @@ void mha__shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (k < cap) snprintf(buf + k, cap - k, ")");
 }
 
+static bool float_dtype(mha_dtype d) {
+    return d == MHA_DTYPE_F32 || d == MHA_DTYPE_F16 || d == MHA_DTYPE_BF16 || d == MHA_DTYPE_F64;
+}
+
 static bool in_file(const mha_params *ps, const mha__param_views *v, size_t i) {
     return v->with_aliases || !ps->alias[i];
 }
@@ -68,9 +72,7 @@ static bool locate(const mha_params *ps, const mha__param_views *v, const char *
 /* Tensor t into dst as parameter p's view. */
 static mha_status read_one(const mha_st *st, const mha_st_tensor *t, const mha_param *p, float *dst,
                            bool f32_only) {
-    const bool fl = t->dtype == MHA_DTYPE_F32 || t->dtype == MHA_DTYPE_F16 || t->dtype == MHA_DTYPE_BF16 ||
-                    t->dtype == MHA_DTYPE_F64;
-    if (f32_only ? t->dtype != MHA_DTYPE_F32 : !fl)
+    if (f32_only ? t->dtype != MHA_DTYPE_F32 : !float_dtype(t->dtype))
         return mha__fail(MHA_ERR_DTYPE, "tensor '%s' has dtype %s; expected %s", t->name,
                          mha_dtype_name(t->dtype), f32_only ? "F32" : "F32, F16, BF16 or F64");
     bool same = t->ndim == p->ndim;
@@ -115,6 +117,21 @@ mha_status mha__params_read(const mha_params *ps, const mha__param_views *v, con
                 s = mha__fail(MHA_ERR_MISSING, "missing tensor '%s'", name);
         }
     return s;
+}
+
+mha_status mha__st_can_fill(const mha_st *st, bool counted, uint64_t values, uint64_t tensors, const char *what) {
+    uint64_t bytes = 0, n = 0;
+    for (size_t i = 0; i < mha_st_count(st); i++) {
+        mha_st_tensor t;
+        if (mha_st_get(st, i, &t) != MHA_OK || !float_dtype(t.dtype)) continue;
+        bytes += t.nbytes; /* sums to at most the file size */
+        n++;
+    }
+    if (counted && values <= bytes / 2 && tensors <= n) return MHA_OK;
+    return mha__fail(MHA_ERR_MISSING,
+                     "%s needs %s%" PRIu64 " parameter values in %" PRIu64 " tensors; the file holds %" PRIu64
+                     " float tensors of %" PRIu64 " bytes",
+                     what, counted ? "" : "over ", counted ? values : UINT64_MAX, tensors, n, bytes);
 }
 
 mha_status mha__st_load(const char *path, mha_status (*load)(const mha_st *st, void *arg), void *arg) {
