@@ -378,6 +378,7 @@ typedef struct {
     float *logits;
     int32_t gen[32];
     int64_t n_gen;
+    float *init; /* training: the parameters to start each run from */
     char path[128];
 } gpt_state;
 
@@ -397,7 +398,8 @@ static void teardown_gpt(op *o) {
     mha_gpt_free(s->m);
     mha_generator_free(s->g);
     free(s->logits);
-    s->m = NULL, s->g = NULL, s->logits = NULL;
+    free(s->init);
+    s->m = NULL, s->g = NULL, s->logits = NULL, s->init = NULL;
 }
 
 static void keep_gpt_params(op *o) {
@@ -640,6 +642,62 @@ static void teardown_misc(op *o) {
     s->g = NULL;
 }
 
+/* training: the taped forward and loss_backward in training mode, then an
+ * optimizer over the model's parameter set (0: AdamW, untied head; 1: SGD
+ * with momentum, tied head): create, step, save, load into a second, step */
+static void setup_gpt_train(op *o) {
+    gpt_state *s = o->state;
+    setup_gpt(o);
+    if (s->mode == 1) {
+        mha_gpt_free(s->m);
+        REQUIRE(mha_gpt_create(&s->cfg, 1, &s->m) == MHA_OK && mha_gpt_init(s->m, s->g) == MHA_OK, "tied");
+    }
+    const mha_params *ps = mha_gpt_params(s->m);
+    s->init = malloc((size_t)mha_params_scalars(ps) * 2 * sizeof(float));
+    size_t at = 0;
+    for (size_t i = 0; i < mha_params_count(ps); i++) {
+        mha_param p;
+        REQUIRE(mha_params_get(ps, i, &p) == MHA_OK, "param");
+        memcpy(s->init + at, p.data, p.numel * sizeof(float));
+        at += p.numel;
+    }
+    path_in_tmp(s->path, sizeof s->path, "gpt_opt.safetensors");
+}
+static mha_status run_gpt_train(op *o) {
+    gpt_state *s = o->state;
+    mha_params *ps = mha_gpt_params(s->m);
+    size_t at = 0;
+    for (size_t i = 0; i < mha_params_count(ps); i++) { /* every run starts alike */
+        mha_param p;
+        mha_params_get(ps, i, &p);
+        memcpy(p.data, s->init + at, p.numel * sizeof(float));
+        at += p.numel;
+    }
+    int32_t tgt[12];
+    for (int i = 0; i < 12; i++) tgt[i] = s->ids[(i + 1) % 12];
+    mha_generator_manual_seed(s->g, 9);
+    mha_gpt_tape *tape = NULL;
+    float loss = 0.0f;
+    mha_status st = mha_params_zero_grad(ps);
+    if (st == MHA_OK) st = mha_gpt_tape_create(&tape);
+    if (st == MHA_OK) st = mha_gpt_loss_backward(s->m, &loss, NULL, s->ids, tgt, 2, 6, s->g, tape);
+    mha_gpt_tape_free(tape);
+    mha_optimizer_config c;
+    mha_optimizer_config_init(&c, s->mode ? MHA_OPTIM_SGD : MHA_OPTIM_ADAMW);
+    c.sgd.lr = 0.1;
+    c.sgd.momentum = 0.9;
+    mha_optimizer *o1 = NULL, *o2 = NULL;
+    if (st == MHA_OK) st = mha_optimizer_create(ps, &c, &o1);
+    if (st == MHA_OK) st = mha_optimizer_step(o1);
+    if (st == MHA_OK) st = mha_optimizer_save(o1, s->path);
+    if (st == MHA_OK) st = mha_optimizer_create(ps, &c, &o2);
+    if (st == MHA_OK) st = mha_optimizer_load(o2, s->path);
+    if (st == MHA_OK) st = mha_optimizer_step(o2);
+    mha_optimizer_free(o1);
+    mha_optimizer_free(o2);
+    return st;
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 int main(void) {
@@ -736,6 +794,13 @@ int main(void) {
         for (int mode = 0; mode < 2; mode++) {
             s.mode = mode;
             op o = {ln[mode], setup_gpt_load, run_gpt_load, keep_gpt_params, teardown_gpt, &s, NULL, 0};
+            inject_loop(&o);
+        }
+        static const char *const trn[] = {"GPTModel loss_backward + AdamW",
+                                          "GPTModel tied: loss_backward + SGD"};
+        for (int mode = 0; mode < 2; mode++) {
+            s.mode = mode;
+            op o = {trn[mode], setup_gpt_train, run_gpt_train, keep_gpt_params, teardown_gpt, &s, NULL, 0};
             inject_loop(&o);
         }
         gpt_cfg(&s, MHA_TRANSFORMER_BLOCK);

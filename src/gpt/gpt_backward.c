@@ -80,7 +80,7 @@ struct mha_gpt_tape {
 mha_status mha_gpt_tape_create(mha_gpt_tape **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
     *out = mha__calloc(sizeof **out);
-    return *out ? MHA_OK : mha__fail(MHA_ERR_NOMEM, "out of memory creating a tape");
+    return *out ? MHA_OK : mha__nomem("out of memory creating a tape");
 }
 
 void mha_gpt_tape_free(mha_gpt_tape *t) {
@@ -196,14 +196,14 @@ static mha_status tape_reserve(mha_gpt_tape *t, const mha_gpt *m, int64_t B, int
         return mha__fail(MHA_ERR_OVERFLOW, "tape for batch %lld x %lld tokens overflows", (long long)B, (long long)T);
     if (t->n_blk < (size_t)m->L) {
         tape_block *blk = mha__calloc((size_t)m->L * sizeof *blk);
-        if (!blk) return mha__fail(MHA_ERR_NOMEM, "out of memory growing the tape");
+        if (!blk) return mha__nomem("out of memory growing the tape");
         mha__free(t->blk);
         t->blk = blk;
         t->n_blk = (size_t)m->L;
     }
     if (t->cap < c.off) {
         void *buf = mha__alloc(c.off);
-        if (!buf) return mha__fail(MHA_ERR_NOMEM, "out of memory growing the tape to %zu MiB", c.off >> 20);
+        if (!buf) return mha__nomem("out of memory growing the tape");
         mha__free(t->buf);
         t->buf = buf;
         t->cap = c.off;
@@ -587,7 +587,7 @@ mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, c
     mha_status st = count_targets(targets, N, V, &count);
     if (st != MHA_OK) return st;
     double *row = mha__alloc((size_t)N * sizeof(double));
-    if (!row) return mha__fail(MHA_ERR_NOMEM, "out of memory");
+    if (!row) return mha__nomem("out of memory for the cross-entropy's rows");
     const double inv = 1.0 / (double)count;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if ((double)N * (double)V > 1e5)
