@@ -280,10 +280,11 @@ MHA_API mha_status mha_params_grad(mha_params *ps, size_t i, mha_param *out);
 MHA_API mha_status mha_params_find_grad(mha_params *ps, const char *name, mha_param *out);
 /* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
 MHA_API mha_status mha_params_zero_grad(mha_params *ps);
-/* Every gradient as one buffer of *n = mha_params_scalars() floats, laid
- * out as the arena (parameter i's gradient at its data's offset in it): what
- * a data-parallel all-reduce sums. NULL (and the error recorded) when ps is
- * NULL or it cannot be allocated. */
+/* Every gradient as one buffer of *n = mha_params_scalars() floats (n may
+ * be NULL), laid out as the arena: parameter i's gradient starts at its
+ * data's offset from parameter 0's data. What a data-parallel all-reduce
+ * sums. NULL (the error recorded) when ps is NULL or it cannot be
+ * allocated. */
 MHA_API float *mha_params_grad_buffer(mha_params *ps, size_t *n);
 /* ERR_NONFINITE when any parameter holds NaN or infinity (detail names it). */
 MHA_API mha_status mha_module_check_finite(const mha_module *m);
@@ -364,7 +365,8 @@ MHA_API mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */
 /* Training: backward, gradients                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Gradients: mha_module_params' (mha_params_grad, _zero_grad). */
+/* Gradients: those of the module's parameter set (mha_module_params:
+ * mha_params_grad, mha_params_zero_grad), which the backward accumulates. */
 
 /* What a forward saves for its backward: the projections Q, K, V
  * (B, T, 3 * W), the attention's output (B, T, W), the logsumexp of every
