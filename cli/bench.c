@@ -168,7 +168,7 @@ int mha_cli_bench(int argc, char **argv) {
         dx = malloc(nx * sizeof(float));
         if (!dy || !dx || mha_tape_create(&tape) != MHA_OK) cli_die("out of memory");
         mha_generator_uniform(g, dy, ny, -1.0, 1.0);
-        if (mha_module_zero_grad(m) != MHA_OK) cli_die("gradients: %s", mha_last_error());
+        if (mha_params_zero_grad(mha_module_params(m)) != MHA_OK) cli_die("gradients: %s", mha_last_error());
     }
     for (int64_t r = -warmup; r < repeat; r++) {
         mha_generator_manual_seed(g, 123);
@@ -199,10 +199,11 @@ int mha_cli_bench(int argc, char **argv) {
     const double mn = ms[0];
     /* The memory a forward pass cannot do without: weights, input, output
      * and the Q, K, V activations. */
-    double base_floats = (double)mha_module_param_scalars(m) + (double)nx + (double)ny + rows * 3.0 * (double)W;
+    const double weights = (double)mha_params_scalars(mha_module_params(m));
+    double base_floats = weights + (double)nx + (double)ny + rows * 3.0 * (double)W;
     /* a training step also needs: gradients, dx, dy and the row statistics */
     if (backward)
-        base_floats += (double)mha_module_param_scalars(m) + (double)nx + (double)ny + 2.0 * rows * (double)H;
+        base_floats += weights + (double)nx + (double)ny + 2.0 * rows * (double)H;
     const double base_mib = base_floats * 4.0 / (1024.0 * 1024.0);
     const char *isa = mha_runtime_isa(), *blas = mha_runtime_blas();
     const int nthreads = mha_runtime_threads();

@@ -189,14 +189,14 @@ int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, cons
 
 /* OUT: the leading entries e[0..n) then 'grad.<name>' of every parameter. */
 static void write_with_grads(const char *out, mha_gpt *m, mha_st_entry *lead, size_t n, const char *const *meta) {
-    const size_t np = mha_gpt_num_params(m);
+    const size_t np = mha_params_count(mha_gpt_params(m));
     mha_st_entry *e = cli_malloc((np + n) * sizeof *e);
     char **names = cli_malloc((np ? np : 1) * sizeof *names);
     int64_t(*shapes)[2] = cli_malloc((np ? np : 1) * sizeof *shapes);
     memcpy(e, lead, n * sizeof *e);
     for (size_t i = 0; i < np; i++) {
         mha_param p;
-        cli_check(mha_gpt_grad(m, i, &p), "gradients");
+        cli_check(mha_params_grad(mha_gpt_params(m), i, &p), "gradients");
         names[i] = cli_malloc(strlen(p.name) + 6);
         sprintf(names[i], "grad.%s", p.name);
         shapes[i][0] = p.shape[0];
@@ -222,7 +222,7 @@ int mha_cli_grad_gpt(const mha_st *wst, const char *weights, const char *in, con
     const char *meta[2] = {"module", mha_gpt_kind_name(c->kind)};
     mha_gpt_tape *tape = NULL;
     cli_check(mha_gpt_tape_create(&tape), "tape");
-    cli_check(mha_gpt_zero_grad(m), "gradients");
+    cli_check(mha_params_zero_grad(mha_gpt_params(m)), "gradients");
     if (c->kind == MHA_GPT_MODEL) {
         int64_t B, T;
         int32_t *idx = read_ids(st, in, "idx", c, NULL, &B, &T);
@@ -551,12 +551,12 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         if (!json) fprintf(stderr, "round %lld/%lld: prefill %.3f s, decode %.3f s\n", (long long)r + 1, (long long)rounds, tp, td);
     }
     const double E = (double)c->emb_dim, L = (double)c->n_layers, C = (double)c->context_length;
-    const double weights_mib = (double)mha_gpt_param_scalars(m) * 4.0 / 1048576.0;
+    const double weights_mib = (double)mha_params_scalars(mha_gpt_params(m)) * 4.0 / 1048576.0;
     const double kv_mib = L * C * 2.0 * E * 4.0 / 1048576.0;
     const double act_mib = (double)T * (10.0 * E) * 4.0 / 1048576.0 + C * E * 4.0 / 1048576.0 + (double)V * 4.0 / 1048576.0;
     /* the weights themselves, read as a stream: the decode bound */
     mha_param tok;
-    cli_check(mha_gpt_find_param(m, "tok_emb.weight", &tok), "weights");
+    cli_check(mha_params_find(mha_gpt_params(m), "tok_emb.weight", &tok), "weights");
     const double gbps = stream_read_gbps(tok.data, tok.numel);
     const double bound_ms = weights_mib * 1048576.0 / (gbps * 1e9) * 1e3;
     const double peak = cli_peak_rss_mib();

@@ -143,7 +143,7 @@ static int cmd_demo(int argc, char **argv) {
     heading("3.4.1 SelfAttention_v1(d_in=3, d_out=2), torch.manual_seed(123)");
     mha_module *m = seeded(MHA_SELF_ATTENTION_V1, 3, 2, 0, 0.0, 1, 123);
     mha_param wq;
-    cli_check(mha_module_find_param(m, "W_query", &wq), "W_query");
+    cli_check(mha_params_find(mha_module_params(m), "W_query", &wq), "W_query");
     for (int j = 0; j < 2; j++) {
         float dot = 0.0f;
         for (int d = 0; d < 3; d++) dot += book_inputs[1][d] * wq.data[d * 2 + j];
@@ -168,8 +168,8 @@ static int cmd_demo(int argc, char **argv) {
         static const char *const names[2] = {"W_query.weight", "W_key.weight"};
         for (int k = 0; k < 2; k++) {
             mha_param src, dst;
-            cli_check(mha_module_find_param(m, names[k], &src), names[k]);
-            cli_check(mha_module_find_param(one, names[k], &dst), names[k]);
+            cli_check(mha_params_find(mha_module_params(m), names[k], &src), names[k]);
+            cli_check(mha_params_find(mha_module_params(one), names[k], &dst), names[k]);
             memcpy(dst.data, src.data, src.numel * sizeof(float));
         }
         float masked[36];
@@ -223,7 +223,7 @@ static int cmd_demo(int argc, char **argv) {
 
     heading("GPT-2 size: MultiHeadAttention(768, 768, 1024, 0.0, num_heads=12)");
     m = seeded(MHA_MULTI_HEAD_ATTENTION, 768, 768, 1024, 0.0, 12, 123);
-    long long n = (long long)mha_module_param_scalars(m);
+    long long n = (long long)mha_params_scalars(mha_module_params(m));
     printf("parameters: %lld,%03lld,%03lld\n", n / 1000000, n / 1000 % 1000, n % 1000);
     mha_module_free(m);
     return 0;
@@ -622,17 +622,17 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
         cli_check(mha_tape_create(&tape), "tape");
         cli_check(mha_module_forward_tape(m, y, x, B, T, &o, tape, NULL, 0), "forward");
         float *dx = cli_malloc((size_t)B * (size_t)T * (size_t)D * sizeof(float));
-        cli_check(mha_module_zero_grad(m), "gradients");
+        cli_check(mha_params_zero_grad(mha_module_params(m)), "gradients");
         cli_check(mha_module_backward(m, tape, dx, x, dy, NULL, 0), "backward");
         mha_tape_free(tape);
-        const size_t np = mha_module_num_params(m);
+        const size_t np = mha_params_count(mha_module_params(m));
         mha_st_entry *e = cli_malloc((np + 2) * sizeof *e);
         char **names = cli_malloc(np * sizeof *names);
         e[0] = (mha_st_entry){"y", MHA_DTYPE_F32, want, batched ? shape : shape + 1, y};
         e[1] = (mha_st_entry){"dx", MHA_DTYPE_F32, want, batched ? xshape : xshape + 1, dx};
         for (size_t i = 0; i < np; i++) {
             mha_param p;
-            cli_check(mha_module_grad(m, i, &p), "gradients");
+            cli_check(mha_params_grad(mha_module_params(m), i, &p), "gradients");
             names[i] = cli_malloc(strlen(p.name) + 6);
             sprintf(names[i], "grad.%s", p.name);
             e[i + 2] = (mha_st_entry){names[i], MHA_DTYPE_F32, p.ndim, NULL, p.data};

@@ -159,22 +159,22 @@ static int64_t load_state(const char *dir, const task_cfg *c, float *losses) {
         free(p);
         cli_die("%s", msg);
     }
-    int64_t step = -1;
-    const char *s = mha_st_metadata(st, "step");
-    char *end = NULL;
-    if (s) step = strtoll(s, &end, 10);
-    if (!s || !*s || *end || step < 0)
+    int64_t step = -1, v = 0;
+    if (mha_st_metadata_int(st, "step", 0, INT64_MAX, &step) != MHA_OK)
         snprintf(msg, sizeof msg, "%s: no step count in the metadata (not a checkpoint of mha train)", p);
     else if (step > c->steps)
         snprintf(msg, sizeof msg, "%s: the run is at step %lld, past --steps %lld", p, (long long)step,
                  (long long)c->steps);
-    s = mha_st_metadata(st, "seed");
-    if (!*msg && (!s || strtoull(s, &end, 10) != c->seed || *end))
+    /* the seed is a uint64 (beyond int64): its canonical decimal text is compared */
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    const char *s = mha_st_metadata(st, "seed");
+    if (!*msg && (!s || strcmp(s, seed) != 0))
         snprintf(msg, sizeof msg, "%s: written with another --seed", p);
-#define CHECK_CFG(f)                                                                             \
-    s = mha_st_metadata(st, #f);                                                                 \
-    if (!*msg && (!s || strtoll(s, &end, 10) != c->f || *end))                                   \
-        snprintf(msg, sizeof msg, "%s: written with --%s %s, not %lld", p, #f, s ? s : "?", (long long)c->f);
+#define CHECK_CFG(f)                                                                                       \
+    if (!*msg && (mha_st_metadata_int(st, #f, INT64_MIN, INT64_MAX, &v) != MHA_OK || v != c->f))         \
+        snprintf(msg, sizeof msg, "%s: written with --%s %s, not %lld", p, #f,                            \
+                 mha_st_metadata(st, #f) ? mha_st_metadata(st, #f) : "?", (long long)c->f);
     CFG_KEYS(CHECK_CFG)
 #undef CHECK_CFG
     mha_st_tensor t;
@@ -346,10 +346,10 @@ int mha_cli_train(int argc, char **argv) {
     mc.context_length = c.tokens;
     mc.dropout = c.dropout;
     mc.num_heads = c.heads;
-    mha_adamw_config ac;
-    mha_adamw_config_init(&ac);
-    ac.lr = c.lr;
-    ac.weight_decay = c.wd;
+    mha_optimizer_config oc;
+    mha_optimizer_config_init(&oc, MHA_OPTIM_ADAMW);
+    oc.adamw.lr = c.lr;
+    oc.adamw.weight_decay = c.wd;
     mha_optimizer *opt = NULL;
     if (resume) {
         step = load_state(dir, &c, losses);
@@ -360,7 +360,7 @@ int mha_cli_train(int argc, char **argv) {
         if (got->kind != MHA_MULTI_HEAD_ATTENTION || got->d_in != c.emb || got->num_heads != c.heads ||
             got->context_length != c.tokens || got->dropout != c.dropout)
             cli_die("%s/model.safetensors: not the module of these settings", dir);
-        cli_check(mha_optimizer_create_adamw(m, &ac, &opt), "optimizer");
+        cli_check(mha_optimizer_create(mha_module_params(m), &oc, &opt), "optimizer");
         p = path_in(dir, "optimizer.safetensors");
         cli_check(mha_optimizer_load(opt, p), p);
         free(p);
@@ -370,7 +370,7 @@ int mha_cli_train(int argc, char **argv) {
         printf("resuming at step %lld of %lld from %s\n", (long long)step, (long long)c.steps, dir);
     } else {
         cli_check(mha_module_create_seeded(&mc, c.seed, &m), "module");
-        cli_check(mha_optimizer_create_adamw(m, &ac, &opt), "optimizer");
+        cli_check(mha_optimizer_create(mha_module_params(m), &oc, &opt), "optimizer");
     }
 
     const int64_t T = c.tokens, E = c.emb, n = c.batch * T;
@@ -384,7 +384,7 @@ int mha_cli_train(int argc, char **argv) {
            "MultiHeadAttention(%lld, %lld, %lld, %g, %lld): %lld parameters\n"
            "loss floor 0, guessing ln %lld = %.3f; AdamW lr %g, weight decay %g; threads %d, kernels %s\n",
            (long long)c.lag, (long long)c.vocab, (long long)T, (long long)c.batch, (long long)E, (long long)E,
-           (long long)T, c.dropout, (long long)c.heads, (long long)mha_module_param_scalars(m),
+           (long long)T, c.dropout, (long long)c.heads, (long long)mha_params_scalars(mha_module_params(m)),
            (long long)c.vocab, log((double)c.vocab), c.lr, c.wd, mha_runtime_threads(), mha_runtime_isa());
     double t0 = now_s(), last = t0, acc = 0.0;
     int64_t first = step;
@@ -396,7 +396,7 @@ int mha_cli_train(int argc, char **argv) {
         const double loss = task_loss(&k, y, tok, dy, &acc);
         losses[step] = (float)loss;
         if (!isfinite(loss)) cli_die("step %lld: the loss is %g (try a smaller --lr)", (long long)step + 1, loss);
-        cli_check(mha_module_zero_grad(m), "gradients");
+        cli_check(mha_params_zero_grad(mha_module_params(m)), "gradients");
         cli_check(mha_module_backward(m, tape, NULL, x, dy, NULL, 0), "backward");
         cli_check(mha_optimizer_step(opt), "optimizer");
         const double t = now_s();

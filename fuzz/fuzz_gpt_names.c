@@ -24,10 +24,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (s == MHA_OK) {
         const mha_gpt_config *c = mha_gpt_config_of(m);
         if (!c || c->emb_dim < 1 || c->n_heads < 1 || c->emb_dim % c->n_heads) abort();
-        size_t n = mha_gpt_num_params(m);
+        size_t n = mha_params_count(mha_gpt_params(m));
         for (size_t i = 0; i < n; i++) {
             mha_param p;
-            if (mha_gpt_param(m, i, &p) != MHA_OK) abort();
+            if (mha_params_get(mha_gpt_params(m), i, &p) != MHA_OK) abort();
             for (size_t k = 0; k < p.numel; k++)
                 if (!isfinite(p.data[k])) abort();
         }

@@ -2,7 +2,11 @@
  * safetensors file's __metadata__: the chapter 3 module's (module, d_in,
  * d_out, context_length, num_heads, dropout, qkv_bias) and the chapter 4
  * model's (module, vocab_size, context_length, emb_dim, n_heads, n_layers,
- * drop_rate, qkv_bias).
+ * drop_rate, qkv_bias), and under them the one metadata reader every file
+ * kind uses (mha_st_metadata_int / _double / _bool), on every value: what
+ * it accepts as an integer prints back as the same text (one spelling per
+ * number), a float is finite and starts with a digit, '-' or '.', a flag
+ * is one of its six spellings, and what it refuses is ERR_FORMAT.
  *
  * The input is "key=value" lines (no '=': the key with an empty value),
  * written as a well-formed file's __metadata__ (JSON-escaped, no tensors),
@@ -13,6 +17,8 @@
  * address space so that the ordinary build sees this too). */
 #include "mha.h"
 
+#include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +36,30 @@ static char *put_json(char *out, const uint8_t *s, size_t n) {
     }
     *out++ = '"';
     return out;
+}
+
+/* The reader's invariants on value v of key k. */
+static void check_reader(const mha_st *st, const char *k, const char *v) {
+    int64_t i;
+    double d;
+    int b;
+    char back[32];
+    mha_status s = mha_st_metadata_int(st, k, INT64_MIN, INT64_MAX, &i);
+    if (s == MHA_OK) {
+        snprintf(back, sizeof back, "%" PRId64, i);
+        if (strcmp(back, v) != 0) abort();
+    } else if (s != MHA_ERR_FORMAT) {
+        abort();
+    }
+    s = mha_st_metadata_double(st, k, &d);
+    if (s == MHA_OK ? !isfinite(d) || !(v[0] == '-' || v[0] == '.' || (v[0] >= '0' && v[0] <= '9'))
+                    : s != MHA_ERR_FORMAT)
+        abort();
+    s = mha_st_metadata_bool(st, k, &b);
+    if (s == MHA_OK ? strcmp(v, b ? "true" : "false") && strcmp(v, b ? "True" : "False") &&
+                          strcmp(v, b ? "1" : "0")
+                    : s != MHA_ERR_FORMAT)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -59,6 +89,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     mha_st *st = NULL;
     if (mha_st_parse(file, 8 + hl, &st) == MHA_OK) {
+        for (size_t i = 0; i < mha_st_metadata_count(st); i++) {
+            const char *k, *v;
+            if (mha_st_metadata_get(st, i, &k, &v) != MHA_OK) abort();
+            check_reader(st, k, v);
+        }
         /* no tensors: an error, never ERR_NOMEM (nothing the file cannot
          * fill may be allocated) */
         mha_module *m = NULL;

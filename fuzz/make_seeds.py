@@ -105,6 +105,16 @@ def metadata():
                            .replace("n_heads=2", "n_heads=64"),
         "bad_int.txt": mha.replace("d_in=3", "d_in=-3"),
         "bad_drop.txt": gpt.replace("drop_rate=0.1", "drop_rate=nan"),
+        # the metadata rule's edges (docs/file-formats.md), one key each
+        "rule_int_tab.txt": gpt.replace("emb_dim=4", "emb_dim=\t4"),
+        "rule_int_space.txt": mha.replace("d_in=3", "d_in= 3"),
+        "rule_int_plus.txt": gpt.replace("n_heads=2", "n_heads=+2"),
+        "rule_int_zeros.txt": mha.replace("d_out=2", "d_out=002"),
+        "rule_int_exp.txt": gpt.replace("vocab_size=5", "vocab_size=5e0"),
+        "rule_int_range.txt": "k=9223372036854775807\nk2=-9223372036854775808\nk3=9223372036854775808\nk4=-0",
+        "rule_float.txt": "a=0.1\nb=-2\nc=1e-08\nd=.5\ne=1E+2\nf=0.10000000000000001",
+        "rule_float_bad.txt": "a=\nb=nan\nc=0x1p3\nd=+0.5\ne=inf\nf=1e999\ng=.\nh= 1",
+        "rule_bool.txt": "a=true\nb=True\nc=1\nd=false\ne=False\nf=0\ng=TRUE\nh=yes\ni=01",
     }
 
 

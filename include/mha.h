@@ -273,14 +273,40 @@ typedef struct {
     float *data;
 } mha_param;
 
-/* Parameter tensors in state_dict() order (the mask buffer is not one). */
-MHA_API size_t mha_module_num_params(const mha_module *m);
-MHA_API mha_status mha_module_param(const mha_module *m, size_t i, mha_param *out);
-/* ERR_MISSING when the module has no parameter of that name. */
-MHA_API mha_status mha_module_find_param(const mha_module *m, const char *name,
-                                 mha_param *out);
-/* Total number of scalar parameters (2,360,064 for GPT-2's attention). */
-MHA_API int64_t mha_module_param_scalars(const mha_module *m);
+/* A parameter set: the named tensors of a module (mha_module_params) or a
+ * GPT (mha_gpt_params), in PyTorch's state_dict() order (a module's mask
+ * buffer is not one), their floats in one arena and their gradients in one
+ * gradient arena laid out as it. The set belongs to its module or model:
+ * valid until that is freed, used from one thread at a time. Parameter i's
+ * data points into the arena; its gradient (mha_params_grad) is PyTorch's
+ * .grad, allocated zeroed at the first call that needs it, accumulated by
+ * the backward passes ([acc], as autograd does) until zeroed. A GPT's tied
+ * head: "out_head.weight" is listed (and saved) with tok_emb.weight's data
+ * and gradient, and updated and counted once. Every call with a NULL set
+ * fails with ERR_ARGUMENT (count and scalars give 0). */
+typedef struct mha_params mha_params;
+MHA_API mha_params *mha_module_params(mha_module *m);
+/* Parameters in state_dict() order; their number of scalars, each counted
+ * once (2,360,064 for GPT-2's attention; 163,009,536 for GPT_CONFIG_124M
+ * untied). */
+MHA_API size_t mha_params_count(const mha_params *ps);
+MHA_API int64_t mha_params_scalars(const mha_params *ps);
+/* Parameter i (ERR_ARGUMENT out of range), or by name (ERR_MISSING). */
+MHA_API mha_status mha_params_get(const mha_params *ps, size_t i, mha_param *out);
+MHA_API mha_status mha_params_find(const mha_params *ps, const char *name, mha_param *out);
+/* The gradient of parameter i or name: same name, ndim, shape and numel,
+ * data its gradient (read and write). ERR_NOMEM when the gradients cannot
+ * be allocated. */
+MHA_API mha_status mha_params_grad(mha_params *ps, size_t i, mha_param *out);
+MHA_API mha_status mha_params_find_grad(mha_params *ps, const char *name, mha_param *out);
+/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
+MHA_API mha_status mha_params_zero_grad(mha_params *ps);
+/* Every gradient as one buffer of *n = mha_params_scalars() floats (n may
+ * be NULL), laid out as the arena: parameter i's gradient starts at its
+ * data's offset from parameter 0's data. What a data-parallel all-reduce
+ * sums. NULL (the error recorded) when ps is NULL or it cannot be
+ * allocated. */
+MHA_API float *mha_params_grad_buffer(mha_params *ps, size_t *n);
 /* ERR_NONFINITE when any parameter holds NaN or infinity (detail names it). */
 MHA_API mha_status mha_module_check_finite(const mha_module *m);
 
@@ -360,17 +386,8 @@ MHA_API mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */
 /* Training: backward, gradients                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Gradients. Every parameter has a gradient buffer of its name and shape
- * (PyTorch's .grad), allocated zeroed at the first call that needs it;
- * mha_module_backward accumulates into it ([acc]), as autograd does. */
-/* The gradient of parameter i (mha_module_param's order): same name, ndim,
- * shape and numel; data is the module's gradient buffer (read and write
- * while the module lives). ERR_NOMEM when it cannot be allocated. */
-MHA_API mha_status mha_module_grad(mha_module *m, size_t i, mha_param *out);
-/* ERR_MISSING when the module has no parameter of that name. */
-MHA_API mha_status mha_module_find_grad(mha_module *m, const char *name, mha_param *out);
-/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
-MHA_API mha_status mha_module_zero_grad(mha_module *m);
+/* Gradients: those of the module's parameter set (mha_module_params:
+ * mha_params_grad, mha_params_zero_grad), which the backward accumulates. */
 
 /* What a forward saves for its backward: the projections Q, K, V
  * (B, T, 3 * W), the attention's output (B, T, W), the logsumexp of every
@@ -428,19 +445,19 @@ MHA_API mha_status mha_simple_attention_backward(float *dx /* [out] (T, D) */,
 /* Optimizers                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* torch.optim.AdamW and torch.optim.SGD over every parameter of a module
- * (or of a GPT: mha_optimizer_create_adamw_gpt / _sgd_gpt, chapter 4),
- * bit for bit torch 1.13.1 on the CPU: its default for-loop implementation
- * (foreach=None, which is False on the CPU; maximize=False; one parameter
- * group), float32 state, Python's double scalars (bias corrections, step
- * size) rounded to float32 where PyTorch rounds them.
+/* torch.optim.AdamW and torch.optim.SGD over every parameter of a set
+ * (mha_params: a module's or a GPT's), bit for bit torch 1.13.1 on the
+ * CPU: its default for-loop implementation (foreach=None, which is False on
+ * the CPU; maximize=False; one parameter group), float32 state, Python's
+ * double scalars (bias corrections, step size) rounded to float32 where
+ * PyTorch rounds them.
  *
- * An optimizer keeps a pointer to its module: the module must outlive it
- * (free the optimizer first), and both are used from one thread at a time.
- * Every parameter is updated at every step from its gradient buffer
- * (mha_module_grad); a buffer never written holds zeros, as after PyTorch's
- * zero_grad(set_to_none=False) (PyTorch skips parameters whose .grad is
- * None; mha has no such state). */
+ * An optimizer keeps a pointer to its parameter set: the set's module or
+ * model must outlive it (free the optimizer first), and both are used from
+ * one thread at a time. Every parameter is updated at every step from its
+ * gradient (mha_params_grad), a tied head once; a gradient never written
+ * holds zeros, as after PyTorch's zero_grad(set_to_none=False) (PyTorch
+ * skips parameters whose .grad is None; mha has no such state). */
 typedef struct mha_optimizer mha_optimizer;
 
 /* PyTorch's CPU kernels round add_(x, alpha=a) (a + alpha * x) and
@@ -489,18 +506,25 @@ typedef struct {
  * variant AVX2; lr NaN, which creation refuses until the caller sets it. */
 MHA_API void mha_sgd_config_init(mha_sgd_config *c);
 
-/* Creates an optimizer over every parameter of m (which it keeps a pointer
- * to), its state zero (AdamW) or empty (SGD's momentum buffers come at the
- * first step), step count 0. ERR_CONFIG with a detail naming the field when
- * the configuration is one PyTorch's constructor refuses (a negative lr,
- * eps or weight_decay, a beta outside [0, 1), momentum < 0, nesterov without
- * momentum > 0 and dampening 0), any NaN or infinity (PyTorch accepts
- * infinities), or amsgrad/nesterov not 0 or 1, or an unknown variant.
- * ERR_NOMEM. */
-MHA_API mha_status mha_optimizer_create_adamw(mha_module *m, const mha_adamw_config *c,
-                                      mha_optimizer **out);
-MHA_API mha_status mha_optimizer_create_sgd(mha_module *m, const mha_sgd_config *c,
-                                    mha_optimizer **out);
+/* Which optimizer, and its hyper-parameters. */
+typedef enum { MHA_OPTIM_ADAMW = 0, MHA_OPTIM_SGD = 1 } mha_optim_kind;
+typedef struct {
+    mha_optim_kind kind;
+    mha_adamw_config adamw; /* read when kind is MHA_OPTIM_ADAMW */
+    mha_sgd_config sgd;     /* read when kind is MHA_OPTIM_SGD */
+} mha_optimizer_config;
+/* kind, and both configurations at PyTorch's defaults (SGD's lr NaN). */
+MHA_API void mha_optimizer_config_init(mha_optimizer_config *c, mha_optim_kind kind);
+
+/* Creates an optimizer over every parameter of ps (which it keeps a
+ * pointer to), its state zero (AdamW) or empty (SGD's momentum buffers
+ * come at the first step), step count 0. ERR_ARGUMENT for a NULL argument;
+ * ERR_CONFIG with a detail naming the field when the configuration is one
+ * PyTorch's constructor refuses (a negative lr, eps or weight_decay, a beta
+ * outside [0, 1), momentum < 0, nesterov without momentum > 0 and dampening
+ * 0), any NaN or infinity (PyTorch accepts infinities), or amsgrad/nesterov
+ * not 0 or 1, or an unknown kind or variant. ERR_NOMEM. */
+MHA_API mha_status mha_optimizer_create(mha_params *ps, const mha_optimizer_config *c, mha_optimizer **out);
 MHA_API void mha_optimizer_free(mha_optimizer *o);
 
 /* optimizer.step(): one update of every parameter from its gradient
@@ -532,14 +556,15 @@ MHA_API mha_status mha_optimizer_sgd_config(const mha_optimizer *o, mha_sgd_conf
  * "exp_avg.<param>", "exp_avg_sq.<param>" (and "max_exp_avg_sq.<param>"
  * with amsgrad) for AdamW, "momentum_buffer.<param>" for SGD once it has
  * momentum buffers (momentum != 0 and step >= 1), parameter after parameter
- * in mha_module_param's order; __metadata__ holds "optimizer" ("AdamW" or
+ * in the set's order (a tied head once); __metadata__ holds "optimizer" ("AdamW" or
  * "SGD"), the hyper-parameters ("lr", "beta1", "beta2", "eps",
  * "weight_decay", "amsgrad" / "lr", "momentum", "dampening",
  * "weight_decay", "nesterov"; numbers as %.17g, flags "true"/"false"),
  * "variant" ("avx2"/"default"; read as avx2 when absent), "step"
- * (decimal), and the module's "module" (class name), "num_params" and
+ * (decimal), and the set's "module" (its owner's class name: a module's,
+ * "GPTModel" or "TransformerBlock"), "num_params" (model.parameters()) and
  * "param_scalars". The parameters themselves are not saved
- * (mha_module_save). Written to a temporary file then renamed: on failure
+ * (mha_module_save, mha_gpt_save). Written to a temporary file then renamed: on failure
  * path is left as it was. */
 MHA_API mha_status mha_optimizer_save(const mha_optimizer *o, const char *path);
 
@@ -549,11 +574,12 @@ MHA_API mha_status mha_optimizer_save(const mha_optimizer *o, const char *path);
  * before anything changes; on failure o is untouched:
  *   ERR_IO / ERR_FORMAT (not a valid safetensors file, see mha_st_parse);
  *   ERR_FORMAT: no "optimizer", or another optimizer's file ("SGD" for an
- *     AdamW), a missing or invalid hyper-parameter (the same rules as
- *     creation), "step" not a decimal integer >= 0, "module" not this
+ *     AdamW), a missing or invalid hyper-parameter (read by the metadata
+ *     rule, mha_st_metadata_int; checked as at creation), "step" not an
+ *     integer >= 0, "module" not this
  *     optimizer's module class, a state value that cannot be (a NaN or
  *     infinity, or a negative exp_avg_sq / max_exp_avg_sq);
- *   ERR_SHAPE: "num_params" / "param_scalars" not the module's, or a
+ *   ERR_SHAPE: "num_params" / "param_scalars" not the set's, or a
  *     tensor not its parameter's shape;
  *   ERR_MISSING: a state tensor missing, or one that has no place
  *     ("unexpected tensor");
@@ -615,6 +641,21 @@ MHA_API const char *mha_st_metadata(const mha_st *st, const char *key);
 MHA_API size_t mha_st_metadata_count(const mha_st *st);
 MHA_API mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
                                const char **value);
+/* A metadata value read as a number or a flag, by the one rule of every
+ * file mha reads (docs/file-formats.md): the whole string, nothing before
+ * it (no space, tab or '+') or after it;
+ *   int     '-'? then "0" or [1-9][0-9]* (no "-0", no leading zeros), in
+ *           [min, max];
+ *   double  decimal or exponent notation ("0.1", "-2", "1e-08"), finite
+ *           (no hex, inf or nan);
+ *   bool    true/false, True/False or 1/0 (*out 1 or 0).
+ * ERR_MISSING when st has no such key, ERR_FORMAT when the value breaks the
+ * rule or the range (the detail names the key and the value); *out is
+ * written only on success. */
+MHA_API mha_status mha_st_metadata_int(const mha_st *st, const char *key, int64_t min, int64_t max,
+                                       int64_t *out);
+MHA_API mha_status mha_st_metadata_double(const mha_st *st, const char *key, double *out);
+MHA_API mha_status mha_st_metadata_bool(const mha_st *st, const char *key, int *out);
 /* Opens a file reading only its header (validated as mha_st_read_file
  * validates it): the tensors' data stay on disk (mha_st_tensor.data is NULL)
  * until mha_st_read_f32 reads them, so a model loads without a second copy
@@ -657,9 +698,10 @@ MHA_API mha_status mha_st_write_file(const char *path, const mha_st_entry *tenso
 MHA_API mha_status mha_module_save(const mha_module *m, const char *path);
 /* Builds a module from a parsed file: configuration from __metadata__
  * ("module" required, else ERR_FORMAT; unknown class ERR_UNKNOWN_MODULE;
- * integer arguments required, strictly decimal and > 0, dropout optional
- * (default 0), qkv_bias optional (true/false/True/False/1/0), otherwise
- * ERR_CONFIG; unknown keys ignored; then mha_config_validate). Every
+ * values read by the metadata rule (mha_st_metadata_int): integer
+ * arguments required and > 0, dropout optional (default 0), qkv_bias
+ * optional (default false), otherwise ERR_CONFIG; unknown keys ignored;
+ * then mha_config_validate; docs/file-formats.md). Every
  * parameter required (ERR_MISSING) as F32, F16, BF16 or F64 (ERR_DTYPE) of
  * its exact shape (ERR_SHAPE); mask buffers of shape (L, L) accepted, any
  * other tensor ERR_MISSING ("unexpected tensor"); values must be finite
@@ -720,17 +762,13 @@ MHA_API void mha_gpt_free(mha_gpt *m);
 MHA_API const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m);
 MHA_API int mha_gpt_head_tied(const mha_gpt *m);
 
-/* Parameters in state_dict() order ("tok_emb.weight", "pos_emb.weight",
- * "trf_blocks.0.att.W_query.weight", ..., "trf_blocks.0.ff.layers.0.weight",
- * "trf_blocks.0.norm1.scale", ..., "final_norm.shift", "out_head.weight";
- * a TransformerBlock's without the "trf_blocks.N." prefix). With a tied
- * head, "out_head.weight" shares tok_emb's data. */
-MHA_API size_t mha_gpt_num_params(const mha_gpt *m);
-MHA_API mha_status mha_gpt_param(const mha_gpt *m, size_t i, mha_param *out);
-MHA_API mha_status mha_gpt_find_param(const mha_gpt *m, const char *name, mha_param *out);
-/* Scalars as PyTorch's sum(p.numel()) counts them (163,009,536 for
- * GPT_CONFIG_124M untied; a tied head is counted once). */
-MHA_API int64_t mha_gpt_param_scalars(const mha_gpt *m);
+/* The parameter set (mha_params), in state_dict() order ("tok_emb.weight",
+ * "pos_emb.weight", "trf_blocks.0.att.W_query.weight", ...,
+ * "trf_blocks.0.ff.layers.0.weight", "trf_blocks.0.norm1.scale", ...,
+ * "final_norm.shift", "out_head.weight"; a TransformerBlock's without the
+ * "trf_blocks.N." prefix). With a tied head, "out_head.weight" shares
+ * tok_emb's data and gradient. */
+MHA_API mha_params *mha_gpt_params(mha_gpt *m);
 
 /* GPTModel forward: idx (B, T) token ids in [0, V), T <= C.
  *   logits [out]: (B, T, V); with last_only, (B, V): the last position's
@@ -797,22 +835,14 @@ MHA_API mha_status mha_gpt_load(const char *path, mha_gpt **out);
 MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
 
 /* Training a GPTModel or TransformerBlock: the forward that records a tape,
- * the backward that replays it, gradients named as the parameters, and the
- * optimizers (mha_optimizer_create_adamw_gpt / _sgd_gpt). As for the
- * modules: gradients accumulate ([acc], as autograd does) until zeroed;
- * results do not depend on the thread count; every projection runs through
- * the GEMM backend and the attention through the fused attention backward.
- *
- * Gradients: one per parameter, mha_gpt_param's order, names and shapes
- * (allocated zeroed at the first call that needs them). With a tied head,
- * "out_head.weight"'s gradient is tok_emb's buffer: the head's and the
- * embedding's contributions summed into one tensor, as torch does for a
- * shared parameter. */
-MHA_API mha_status mha_gpt_grad(mha_gpt *m, size_t i, mha_param *out);
-/* ERR_MISSING when the model has no parameter of that name. */
-MHA_API mha_status mha_gpt_find_grad(mha_gpt *m, const char *name, mha_param *out);
-/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
-MHA_API mha_status mha_gpt_zero_grad(mha_gpt *m);
+ * the backward that replays it into the gradients of mha_gpt_params, and
+ * the optimizers over that set (mha_optimizer_create). As for the modules:
+ * gradients accumulate ([acc], as autograd does) until zeroed; results do
+ * not depend on the thread count; every projection runs through the GEMM
+ * backend and the attention through the fused attention backward. With a
+ * tied head, "out_head.weight"'s gradient is tok_emb's buffer: the head's
+ * and the embedding's contributions summed into one tensor, as torch does
+ * for a shared parameter. */
 
 /* What a GPT forward saves for its backward: per block the input of each
  * LayerNorm and its output, Q, K, V, the attention's output and its row
@@ -883,15 +913,7 @@ MHA_API mha_status mha_gpt_loss_backward(mha_gpt *m, float *loss, float *logits,
                                          const int32_t *targets, int64_t B, int64_t T,
                                          mha_generator *dropout_rng, mha_gpt_tape *tape);
 
-/* torch.optim.AdamW / SGD over a GPT's parameters (model.parameters(): a
- * tied head once), as mha_optimizer_create_adamw / _sgd over a module's:
- * the same arithmetic, save and load ("module" is "GPTModel" or
- * "TransformerBlock"), from the gradients of mha_gpt_grad. The model must
- * outlive the optimizer. */
-MHA_API mha_status mha_optimizer_create_adamw_gpt(mha_gpt *m, const mha_adamw_config *c,
-                                                  mha_optimizer **out);
-MHA_API mha_status mha_optimizer_create_sgd_gpt(mha_gpt *m, const mha_sgd_config *c,
-                                                mha_optimizer **out);
+/* ------------------------------------------------------------------------ */
 /* Tokenizer: GPT-2's byte-level BPE                                         */
 /* ------------------------------------------------------------------------ */
 

@@ -56,39 +56,29 @@ int main(int argc, char **argv) {
     }
     const int steps = atoi(steps_s);
     mha_optimizer *o = NULL;
-    mha_status s;
-    if (!strcmp(opt_s, "AdamW")) {
-        mha_adamw_config c;
-        mha_adamw_config_init(&c);
-        c.lr = strtod(lr_s, NULL);
-        c.weight_decay = strtod(wd_s, NULL);
-        s = mha_optimizer_create_adamw_gpt(m, &c, &o);
-    } else {
-        mha_sgd_config c;
-        mha_sgd_config_init(&c);
-        c.lr = strtod(lr_s, NULL);
-        c.weight_decay = strtod(wd_s, NULL);
-        s = mha_optimizer_create_sgd_gpt(m, &c, &o);
-    }
-    if (s != MHA_OK) return die("optimizer");
+    mha_optimizer_config c;
+    mha_optimizer_config_init(&c, strcmp(opt_s, "AdamW") ? MHA_OPTIM_SGD : MHA_OPTIM_ADAMW);
+    c.adamw.lr = c.sgd.lr = strtod(lr_s, NULL);
+    c.adamw.weight_decay = c.sgd.weight_decay = strtod(wd_s, NULL);
+    if (mha_optimizer_create(mha_gpt_params(m), &c, &o) != MHA_OK) return die("optimizer");
     mha_generator *g = NULL;
     if (seed_s && mha_generator_create(strtoull(seed_s, NULL, 10), &g) != MHA_OK) return die("generator");
     mha_gpt_tape *tape = NULL;
     if (mha_gpt_tape_create(&tape) != MHA_OK) return die("tape");
     float *loss = calloc((size_t)steps + 1, sizeof *loss);
     for (int i = 0; i < steps; i++) {
-        if (mha_gpt_zero_grad(m) != MHA_OK) return die("zero_grad");
+        if (mha_params_zero_grad(mha_gpt_params(m)) != MHA_OK) return die("zero_grad");
         if (mha_gpt_loss_backward(m, &loss[i], NULL, idx, tgt, B, T, g, tape) != MHA_OK) return die("loss_backward");
         if (mha_optimizer_step(o) != MHA_OK) return die("step");
     }
-    const size_t np = mha_gpt_num_params(m);
+    const size_t np = mha_params_count(mha_gpt_params(m));
     mha_st_entry *e = calloc(np + 1, sizeof *e);
     int64_t(*shapes)[2] = calloc(np + 1, sizeof *shapes);
     shapes[np][0] = steps;
     e[0] = (mha_st_entry){"loss", MHA_DTYPE_F32, 1, shapes[np], loss};
     for (size_t i = 0; i < np; i++) {
         mha_param p;
-        mha_gpt_param(m, i, &p);
+        mha_params_get(mha_gpt_params(m), i, &p);
         shapes[i][0] = p.shape[0];
         shapes[i][1] = p.shape[1];
         e[i + 1] = (mha_st_entry){p.name, MHA_DTYPE_F32, p.ndim, shapes[i], p.data};

@@ -63,7 +63,8 @@ int main(int argc, char **argv) {
         c.weight_decay = meta_num(g, "weight_decay", c.weight_decay);
         c.amsgrad = meta_bool(g, "amsgrad");
         c.variant = variant;
-        s = mha_optimizer_create_adamw(m, &c, &o);
+        s = mha_optimizer_create(mha_module_params(m), &(mha_optimizer_config){MHA_OPTIM_ADAMW, .adamw = c},
+                                 &o);
     } else if (opt && !strcmp(opt, "SGD")) {
         mha_sgd_config c;
         mha_sgd_config_init(&c);
@@ -73,7 +74,7 @@ int main(int argc, char **argv) {
         c.weight_decay = meta_num(g, "weight_decay", c.weight_decay);
         c.nesterov = meta_bool(g, "nesterov");
         c.variant = variant;
-        s = mha_optimizer_create_sgd(m, &c, &o);
+        s = mha_optimizer_create(mha_module_params(m), &(mha_optimizer_config){MHA_OPTIM_SGD, .sgd = c}, &o);
     } else {
         fprintf(stderr, "optim_driver: %s: no optimizer AdamW or SGD in __metadata__\n", argv[2]);
         goto out;
@@ -90,7 +91,7 @@ int main(int argc, char **argv) {
         }
     }
     const long steps = (long)meta_num(g, "steps", 0);
-    const size_t np = mha_module_num_params(m);
+    const size_t np = mha_params_count(mha_module_params(m));
     for (long k = 0; k < steps; k++) {
         char key[256];
         snprintf(key, sizeof key, "lr.%ld", k);
@@ -102,7 +103,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < np; i++) {
             mha_param gp;
             mha_st_tensor t;
-            s = mha_module_grad(m, i, &gp);
+            s = mha_params_grad(mha_module_params(m), i, &gp);
             if (s != MHA_OK) {
                 rc = die("grad", s);
                 goto out;

@@ -95,10 +95,10 @@ static void tour_module(void) {
     OK(mha_module_init(z, g));
     CHECK(mha_module_config_of(m)->num_heads == 2, "module config");
     mha_param p;
-    CHECK(mha_module_num_params(m) == 8, "params %zu", mha_module_num_params(m));
-    OK(mha_module_param(m, 0, &p));
-    OK(mha_module_find_param(m, "out_proj.bias", &p));
-    CHECK(mha_module_param_scalars(m) == 3 * (12 + 4) + 16 + 4, "scalars");
+    CHECK(mha_params_count(mha_module_params(m)) == 8, "params %zu", mha_params_count(mha_module_params(m)));
+    OK(mha_params_get(mha_module_params(m), 0, &p));
+    OK(mha_params_find(mha_module_params(m), "out_proj.bias", &p));
+    CHECK(mha_params_scalars(mha_module_params(m)) == 3 * (12 + 4) + 16 + 4, "scalars");
     OK(mha_module_check_finite(m));
 
     enum { B = 2, T = 5 };
@@ -123,15 +123,25 @@ static void tour_module(void) {
     const size_t bws = mha_module_backward_workspace_size(m, B, T);
     void *bwork = aligned_alloc(64, (bws + 63) / 64 * 64);
     OK(mha_module_backward(m, tape, dx, x, dy, bwork, bws));
-    OK(mha_module_grad(m, 0, &p));
-    OK(mha_module_find_grad(m, "W_key.weight", &p));
+    OK(mha_params_grad(mha_module_params(m), 0, &p));
+    OK(mha_params_find_grad(mha_module_params(m), "W_key.weight", &p));
     CHECK(p.data[0] != 0.0f, "a gradient");
+    {
+        /* the gradients are one buffer laid out as the parameters */
+        size_t ng = 0;
+        const float *gb = mha_params_grad_buffer(mha_module_params(m), &ng);
+        mha_param w, w0;
+        OK(mha_params_find(mha_module_params(m), "W_key.weight", &w));
+        OK(mha_params_get(mha_module_params(m), 0, &w0));
+        CHECK(gb && ng == (size_t)mha_params_scalars(mha_module_params(m)) && p.data - gb == w.data - w0.data,
+              "gradient buffer");
+    }
 
     mha_adamw_config ac;
     mha_adamw_config_init(&ac);
     ac.amsgrad = 1;
     mha_optimizer *opt = NULL;
-    OK(mha_optimizer_create_adamw(m, &ac, &opt));
+    OK(mha_optimizer_create(mha_module_params(m), ADAMW_CFG(ac), &opt));
     OK(mha_optimizer_step(opt));
     OK(mha_optimizer_set_lr(opt, mha_optimizer_lr(opt) / 2));
     OK(mha_optimizer_adamw_config(opt, &ac));
@@ -140,12 +150,13 @@ static void tour_module(void) {
     OK(mha_optimizer_save(opt, tmp(0, "adamw.safetensors")));
     OK(mha_optimizer_load(opt, tmp(0, "adamw.safetensors")));
     mha_optimizer_free(opt);
+    mha_optimizer_config oc;
+    mha_optimizer_config_init(&oc, MHA_OPTIM_SGD);
+    oc.sgd.lr = 0.1;
+    oc.sgd.momentum = 0.9;
+    OK(mha_optimizer_create(mha_module_params(m), &oc, &opt));
     mha_sgd_config sc;
-    mha_sgd_config_init(&sc);
-    sc.lr = 0.1;
-    sc.momentum = 0.9;
-    OK(mha_optimizer_create_sgd(m, &sc, &opt));
-    OK(mha_module_zero_grad(m));
+    OK(mha_params_zero_grad(mha_module_params(m)));
     OK(mha_optimizer_step(opt));
     OK(mha_optimizer_sgd_config(opt, &sc));
     OK(mha_optimizer_save(opt, tmp(0, "sgd.safetensors")));
@@ -162,6 +173,15 @@ static void tour_module(void) {
     OK(mha_module_from_st(st, &l));
     CHECK(mha_st_count(st) == 9 && mha_st_metadata_count(st) >= 7, "st counts");
     CHECK(strcmp(mha_st_metadata(st, "module"), "MultiHeadAttention") == 0, "st metadata");
+    {
+        int64_t din = 0;
+        double drop = -1.0;
+        int bias = -1;
+        OK(mha_st_metadata_int(st, "d_in", 1, 1 << 24, &din));
+        OK(mha_st_metadata_double(st, "dropout", &drop));
+        OK(mha_st_metadata_bool(st, "qkv_bias", &bias));
+        CHECK(din == 3 && drop >= 0.0 && (bias == 0 || bias == 1), "typed metadata");
+    }
     const char *key, *value;
     OK(mha_st_metadata_get(st, 0, &key, &value));
     mha_st_tensor t;
@@ -211,9 +231,9 @@ static void tour_gpt(void) {
     OK(mha_gpt_init(tied, g));
     CHECK(mha_gpt_head_tied(tied) == 1 && mha_gpt_config_of(tied)->n_layers == 1, "tied");
     mha_param p;
-    OK(mha_gpt_param(m, mha_gpt_num_params(m) - 1, &p));
-    OK(mha_gpt_find_param(m, "tok_emb.weight", &p));
-    CHECK(mha_gpt_param_scalars(m) > mha_gpt_param_scalars(tied), "scalars");
+    OK(mha_params_get(mha_gpt_params(m), mha_params_count(mha_gpt_params(m)) - 1, &p));
+    OK(mha_params_find(mha_gpt_params(m), "tok_emb.weight", &p));
+    CHECK(mha_params_scalars(mha_gpt_params(m)) > mha_params_scalars(mha_gpt_params(tied)), "scalars");
 
     const int32_t ids[6] = {1, 5, 9, 2, 15, 0};
     float logits[2 * 3 * 16], h[2 * 3 * 8];
@@ -243,7 +263,7 @@ static void tour_gpt(void) {
     /* training: taped forwards, backward, cross-entropy, optimizers */
     mha_gpt_tape *tape = NULL;
     OK(mha_gpt_tape_create(&tape));
-    OK(mha_gpt_zero_grad(tied));
+    OK(mha_params_zero_grad(mha_gpt_params(tied)));
     const int32_t targets[6] = {5, 9, 2, 15, 0, -100};
     float loss = 0.0f, dlogits[2 * 3 * 16];
     OK(mha_gpt_forward_tape(tied, logits, ids, 2, 3, g, tape));
@@ -252,18 +272,18 @@ static void tour_gpt(void) {
     OK(mha_gpt_backward(tied, tape, dlogits));
     OK(mha_gpt_loss_backward(tied, &loss, NULL, ids, targets, 2, 3, NULL, tape));
     CHECK(loss > 0.0f, "loss %g", (double)loss);
-    OK(mha_gpt_grad(tied, 0, &p));
-    OK(mha_gpt_find_grad(tied, "out_head.weight", &p));
+    OK(mha_params_grad(mha_gpt_params(tied), 0, &p));
+    OK(mha_params_find_grad(mha_gpt_params(tied), "out_head.weight", &p));
     mha_adamw_config gac;
     mha_adamw_config_init(&gac);
     mha_optimizer *gopt = NULL;
-    OK(mha_optimizer_create_adamw_gpt(tied, &gac, &gopt));
+    OK(mha_optimizer_create(mha_gpt_params(tied), ADAMW_CFG(gac), &gopt));
     OK(mha_optimizer_step(gopt));
     mha_optimizer_free(gopt);
     mha_sgd_config gsc;
     mha_sgd_config_init(&gsc);
     gsc.lr = 0.01;
-    OK(mha_optimizer_create_sgd_gpt(tied, &gsc, &gopt));
+    OK(mha_optimizer_create(mha_gpt_params(tied), SGD_CFG(gsc), &gopt));
     OK(mha_optimizer_step(gopt));
     mha_optimizer_free(gopt);
     float dh[2 * 3 * 8];

@@ -19,7 +19,7 @@
 /* ---- an oracle forward in double ---------------------------------------- */
 
 typedef struct {
-    const mha_module *m;
+    mha_module *m;
     double *p[32]; /* parameter i's values, in double (perturbed by the FD) */
     size_t np;
     int philox;    /* dropout with the Philox mask below */
@@ -29,7 +29,7 @@ typedef struct {
 static const double *param(const oracle *o, const char *name) {
     for (size_t i = 0; i < o->np; i++) {
         mha_param p;
-        mha_module_param(o->m, i, &p);
+        mha_params_get(mha_module_params(o->m), i, &p);
         if (strcmp(p.name, name) == 0) return o->p[i];
     }
     fprintf(stderr, "oracle: no parameter %s\n", name);
@@ -167,14 +167,15 @@ static void check_fd(mha_config c, int64_t B, int64_t T, int philox) {
     REQUIRE(mha_tape_create(&tape) == MHA_OK, "tape");
     REQUIRE(mha_module_forward_tape(m, y, x, B, T, &opts, tape, NULL, 0) == MHA_OK, "%s forward: %s",
             name, mha_last_error());
-    REQUIRE(mha_module_zero_grad(m) == MHA_OK, "zero_grad");
+    REQUIRE(mha_params_zero_grad(mha_module_params(m)) == MHA_OK, "zero_grad");
     REQUIRE(mha_module_backward(m, tape, dx, x, r, NULL, 0) == MHA_OK, "%s backward: %s", name,
             mha_last_error());
 
-    oracle o = {.m = m, .np = mha_module_num_params(m), .philox = philox, .seed = 99, .offset = 3};
+    oracle o = {.m = m, .np = mha_params_count(mha_module_params(m)), .philox = philox, .seed = 99,
+                .offset = 3};
     for (size_t i = 0; i < o.np; i++) {
         mha_param p;
-        mha_module_param(m, i, &p);
+        mha_params_get(mha_module_params(m), i, &p);
         o.p[i] = malloc(p.numel * sizeof(double));
         for (size_t j = 0; j < p.numel; j++) o.p[i][j] = p.data[j];
     }
@@ -193,7 +194,7 @@ static void check_fd(mha_config c, int64_t B, int64_t T, int philox) {
     /* a few elements of every parameter, and of x */
     for (size_t i = 0; i < o.np; i++) {
         mha_param g;
-        REQUIRE(mha_module_grad(m, i, &g) == MHA_OK, "grad %zu", i);
+        REQUIRE(mha_params_grad(mha_module_params(m), i, &g) == MHA_OK, "grad %zu", i);
         double gmax = 0.0;
         for (size_t j = 0; j < g.numel; j++) gmax = fmax(gmax, fabs((double)g.data[j]));
         for (size_t s = 0; s < 5 && s < g.numel; s++) {
@@ -302,12 +303,12 @@ static void check_api(void) {
      * consumes the tape */
     mha_param g;
     const mha_forward_opts ph = {.training = 1, .rng = MHA_DROPOUT_RNG_PHILOX, .philox_seed = 5};
-    REQUIRE(mha_module_zero_grad(m) == MHA_OK, "zero_grad");
+    REQUIRE(mha_params_zero_grad(mha_module_params(m)) == MHA_OK, "zero_grad");
     REQUIRE(mha_module_forward_tape(m, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
     REQUIRE(mha_module_backward(m, tape, dx, x, dy, NULL, 0) == MHA_OK, "%s", mha_last_error());
     CHECK(mha_module_backward(m, tape, dx, x, dy, NULL, 0) == MHA_ERR_ARGUMENT,
           "a consumed tape served a second backward");
-    REQUIRE(mha_module_find_grad(m, "W_value.weight", &g) == MHA_OK, "find_grad");
+    REQUIRE(mha_params_find_grad(mha_module_params(m), "W_value.weight", &g) == MHA_OK, "find_grad");
     float once[64];
     memcpy(once, g.data, sizeof once);
     REQUIRE(mha_module_forward_tape(m, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
@@ -341,11 +342,19 @@ static void check_api(void) {
     CHECK(need > 0 && mha_module_backward(m, tape, dx2, x, dy, ws, need) == MHA_OK,
           "caller's workspace: %s", mha_last_error());
     free(ws);
-    REQUIRE(mha_module_zero_grad(m) == MHA_OK, "zero_grad");
+    REQUIRE(mha_params_zero_grad(mha_module_params(m)) == MHA_OK, "zero_grad");
     int zero = 1;
     for (int i = 0; i < 64; i++) zero &= g.data[i] == 0.0f;
     CHECK(zero, "zero_grad left a value");
-    CHECK(mha_module_find_grad(m, "nope", &g) == MHA_ERR_MISSING, "unknown grad name");
+    CHECK(mha_params_find_grad(mha_module_params(m), "nope", &g) == MHA_ERR_MISSING, "unknown grad name");
+    /* the guard is the parameter set's id, not the module's address or
+     * configuration: a module of the same configuration created where a
+     * freed one lay does not take its tape */
+    REQUIRE(mha_module_forward_tape(other, y, x, B, T, &ph, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
+    mha_module_free(other);
+    REQUIRE(mha_module_create_seeded(&c, 1, &other) == MHA_OK, "%s", mha_last_error());
+    CHECK(mha_module_backward(other, tape, dx, x, dy, NULL, 0) == MHA_ERR_ARGUMENT,
+          "a freed module's tape accepted by a new one");
     mha_tape_free(tape);
     mha_module_free(m);
     mha_module_free(other);
@@ -374,14 +383,14 @@ static float *all_grads(mha_kind kind, int mode, size_t *count) {
     mha_tape *tape = NULL;
     mha_tape_create(&tape);
     REQUIRE(mha_module_forward_tape(m, y, x, B, T, &o, tape, NULL, 0) == MHA_OK, "%s", mha_last_error());
-    const size_t np = (size_t)mha_module_param_scalars(m), nx = (size_t)(B * T * c.d_in);
+    const size_t np = (size_t)mha_params_scalars(mha_module_params(m)), nx = (size_t)(B * T * c.d_in);
     float *out = malloc(sizeof(float) * (np + nx));
-    REQUIRE(mha_module_zero_grad(m) == MHA_OK, "zero_grad");
+    REQUIRE(mha_params_zero_grad(mha_module_params(m)) == MHA_OK, "zero_grad");
     REQUIRE(mha_module_backward(m, tape, out + np, x, dy, NULL, 0) == MHA_OK, "%s", mha_last_error());
     size_t at = 0;
-    for (size_t i = 0; i < mha_module_num_params(m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(m)); i++) {
         mha_param p;
-        mha_module_grad(m, i, &p);
+        mha_params_grad(mha_module_params(m), i, &p);
         memcpy(out + at, p.data, p.numel * sizeof(float));
         at += p.numel;
     }

@@ -45,7 +45,8 @@ int main(void) {
     /* 3.4 v1 (seed 123): query_2 and the context vectors */
     mha_module *m = make(MHA_SELF_ATTENTION_V1, 2, 1, 123);
     mha_param wq;
-    CHECK(mha_module_find_param(m, "W_query", &wq) == MHA_OK && wq.shape[0] == 3 && wq.shape[1] == 2, "v1 W_query (3, 2)");
+    CHECK(mha_params_find(mha_module_params(m), "W_query", &wq) == MHA_OK && wq.shape[0] == 3 && wq.shape[1] == 2,
+          "v1 W_query (3, 2)");
     float q2[2] = {0, 0};
     for (int j = 0; j < 2; j++)
         for (int d = 0; d < 3; d++) q2[j] += inputs[3 + d] * wq.data[d * 2 + j];
@@ -106,7 +107,8 @@ int main(void) {
     c.context_length = 1024;
     c.num_heads = 12;
     REQUIRE(mha_module_create(&c, &m) == MHA_OK, "gpt2 create");
-    CHECK(mha_module_param_scalars(m) == 2360064, "param count %lld", (long long)mha_module_param_scalars(m));
+    const int64_t n = mha_params_scalars(mha_module_params(m));
+    CHECK(n == 2360064, "param count %lld", (long long)n);
     mha_module_free(m);
     return TEST_END("test_book");
 }

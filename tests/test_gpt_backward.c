@@ -34,15 +34,15 @@ static mha_gpt *new_gpt(int tied, double drop, int qkv_bias) {
 /* A copy of every gradient (numel floats each, parameter order). */
 static float *grads_copy(mha_gpt *m, size_t *n) {
     size_t total = 0;
-    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_gpt_params(m)); i++) {
         mha_param g;
-        REQUIRE(mha_gpt_grad(m, i, &g) == MHA_OK, "grad");
+        REQUIRE(mha_params_grad(mha_gpt_params(m), i, &g) == MHA_OK, "grad");
         total += g.numel;
     }
     float *c = malloc(total * sizeof *c), *at = c;
-    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_gpt_params(m)); i++) {
         mha_param g;
-        mha_gpt_grad(m, i, &g);
+        mha_params_grad(mha_gpt_params(m), i, &g);
         memcpy(at, g.data, g.numel * sizeof *at);
         at += g.numel;
     }
@@ -71,12 +71,13 @@ static double ce_double(const float *logits, const int32_t *y, int N, int V, flo
 /* The eval-mode loss after moving every parameter by eps * dir. */
 static double loss_at(mha_gpt *m, const float *dir, double eps, const int32_t *idx, const int32_t *tgt, int B, int T,
                       int V) {
+    mha_params *ps = mha_gpt_params(m);
     size_t at = 0;
-    float *keep = malloc((size_t)mha_gpt_param_scalars(m) * sizeof *keep), *logits = malloc((size_t)(B * T * V) * sizeof *logits);
-    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+    float *keep = malloc((size_t)mha_params_scalars(ps) * sizeof *keep), *logits = malloc((size_t)(B * T * V) * sizeof *logits);
+    for (size_t i = 0; i < mha_params_count(ps); i++) {
         mha_param p;
-        mha_gpt_param(m, i, &p);
-        if (i + 1 == mha_gpt_num_params(m) && mha_gpt_head_tied(m)) break; /* tok_emb's */
+        mha_params_get(ps, i, &p);
+        if (i + 1 == mha_params_count(ps) && mha_gpt_head_tied(m)) break; /* tok_emb's */
         for (size_t k = 0; k < p.numel; k++, at++) {
             keep[at] = p.data[k];
             p.data[k] = (float)((double)p.data[k] + eps * (double)dir[at]);
@@ -85,10 +86,10 @@ static double loss_at(mha_gpt *m, const float *dir, double eps, const int32_t *i
     REQUIRE(mha_gpt_forward(m, logits, idx, B, T, 0, NULL) == MHA_OK, "forward: %s", mha_last_error());
     const double l = ce_double(logits, tgt, B * T, V, NULL);
     at = 0;
-    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+    for (size_t i = 0; i < mha_params_count(ps); i++) {
         mha_param p;
-        mha_gpt_param(m, i, &p);
-        if (i + 1 == mha_gpt_num_params(m) && mha_gpt_head_tied(m)) break;
+        mha_params_get(ps, i, &p);
+        if (i + 1 == mha_params_count(ps) && mha_gpt_head_tied(m)) break;
         for (size_t k = 0; k < p.numel; k++, at++) p.data[k] = keep[at];
     }
     free(keep);
@@ -99,15 +100,16 @@ static double loss_at(mha_gpt *m, const float *dir, double eps, const int32_t *i
 /* <gradient, dir> against the central difference of the loss along dir. */
 static void check_directional(mha_gpt *m, const float *grads, const int32_t *idx, const int32_t *tgt, int B, int T,
                               int V, const char *what) {
-    const size_t n = (size_t)mha_gpt_param_scalars(m);
+    mha_params *ps = mha_gpt_params(m);
+    const size_t n = (size_t)mha_params_scalars(ps);
     float *dir = malloc(n * sizeof *dir);
     test_fill(dir, n, 99);
     double dot = 0.0;
     size_t at = 0, g_at = 0;
-    for (size_t i = 0; i < mha_gpt_num_params(m); i++) {
+    for (size_t i = 0; i < mha_params_count(ps); i++) {
         mha_param p;
-        mha_gpt_param(m, i, &p);
-        if (i + 1 == mha_gpt_num_params(m) && mha_gpt_head_tied(m)) break;
+        mha_params_get(ps, i, &p);
+        if (i + 1 == mha_params_count(ps) && mha_gpt_head_tied(m)) break;
         for (size_t k = 0; k < p.numel; k++) dot += (double)grads[g_at + k] * (double)dir[at + k];
         at += p.numel, g_at += p.numel;
     }
@@ -144,7 +146,7 @@ int main(void) {
         CHECK(mha_cross_entropy(&loss, dl, logits, tgt, B * T, V) == MHA_OK, "ce: %s", mha_last_error());
         CHECK(fabs((double)loss - ce_double(logits, tgt, B * T, V, NULL)) < 1e-5, "cross-entropy %.9g", (double)loss);
         mha_generator_manual_seed(g1, 11);
-        CHECK(mha_gpt_zero_grad(m) == MHA_OK, "zero_grad");
+        CHECK(mha_params_zero_grad(mha_gpt_params(m)) == MHA_OK, "zero_grad");
         CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "loss_backward: %s",
               mha_last_error());
         CHECK(fabs((double)loss2 - ce_double(logits, tgt, B * T, V, NULL)) < 1e-5, "loss_backward's loss %.9g",
@@ -152,18 +154,18 @@ int main(void) {
         CHECK(mha_gpt_backward(m, tape, dl) == MHA_ERR_ARGUMENT, "a consumed tape was replayed");
         size_t n;
         float *a = grads_copy(m, &n);
-        mha_gpt_zero_grad(m);
+        mha_params_zero_grad(mha_gpt_params(m));
         CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, NULL, tape) == MHA_OK, "eval loss_backward");
         float *b = grads_copy(m, &n);
         check_directional(m, b, idx, tgt, B, T, V, tied ? "loss_backward (tied)" : "loss_backward");
         CHECK(mha_gpt_forward_tape(m, logits, idx, B, T, NULL, tape) == MHA_OK, "eval forward_tape");
         ce_double(logits, tgt, B * T, V, dl);
-        mha_gpt_zero_grad(m);
+        mha_params_zero_grad(mha_gpt_params(m));
         CHECK(mha_gpt_backward(m, tape, dl) == MHA_OK, "backward: %s", mha_last_error());
         free(b);
         b = grads_copy(m, &n);
         check_directional(m, b, idx, tgt, B, T, V, tied ? "backward (tied)" : "backward");
-        mha_gpt_zero_grad(m);
+        mha_params_zero_grad(mha_gpt_params(m));
         mha_generator_manual_seed(g1, 11);
         CHECK(mha_gpt_loss_backward(m, &loss2, NULL, idx, tgt, B, T, g1, tape) == MHA_OK, "loss_backward");
         /* accumulation: a second step adds the same again */
@@ -178,12 +180,13 @@ int main(void) {
         }
         CHECK(top > 0.0 && err <= 1e-6 * top, "gradients did not accumulate: %g of %g", err, top);
         mha_param gt, gh;
-        CHECK(mha_gpt_find_grad(m, "tok_emb.weight", &gt) == MHA_OK &&
-                  mha_gpt_find_grad(m, "out_head.weight", &gh) == MHA_OK,
+        CHECK(mha_params_find_grad(mha_gpt_params(m), "tok_emb.weight", &gt) == MHA_OK &&
+                  mha_params_find_grad(mha_gpt_params(m), "out_head.weight", &gh) == MHA_OK,
               "find_grad");
         CHECK((gt.data == gh.data) == (tied == 1), "a tied head's gradient is tok_emb's buffer (tied %d)", tied);
-        CHECK(mha_gpt_find_grad(m, "nope", &gt) == MHA_ERR_MISSING, "find_grad of an unknown name");
-        mha_gpt_zero_grad(m);
+        CHECK(mha_params_find_grad(mha_gpt_params(m), "nope", &gt) == MHA_ERR_MISSING,
+              "find_grad of an unknown name");
+        mha_params_zero_grad(mha_gpt_params(m));
         free(c);
         c = grads_copy(m, &n);
         int zero = 1;
@@ -216,13 +219,14 @@ int main(void) {
         mha_adamw_config ac;
         mha_adamw_config_init(&ac);
         mha_optimizer *o = NULL, *o2 = NULL;
-        CHECK(mha_optimizer_create_adamw_gpt(m, &ac, &o) == MHA_OK, "adamw: %s", mha_last_error());
+        CHECK(mha_optimizer_create(mha_gpt_params(m), ADAMW_CFG(ac), &o) == MHA_OK, "adamw: %s",
+              mha_last_error());
         mha_param head, tok;
-        mha_gpt_find_param(m, "out_head.weight", &head);
-        mha_gpt_find_param(m, "tok_emb.weight", &tok);
+        mha_params_find(mha_gpt_params(m), "out_head.weight", &head);
+        mha_params_find(mha_gpt_params(m), "tok_emb.weight", &tok);
         const float h0 = head.data[5], t0 = tok.data[5];
         mha_param gk;
-        mha_gpt_find_grad(m, "tok_emb.weight", &gk);
+        mha_params_find_grad(mha_gpt_params(m), "tok_emb.weight", &gk);
         gk.data[5] = 1.0f;
         CHECK(mha_optimizer_step(o) == MHA_OK, "step: %s", mha_last_error());
         /* AdamW's first step moves an element by lr (weight decay aside): once, also when tied */
@@ -233,7 +237,7 @@ int main(void) {
         REQUIRE(mkdtemp(dir) != NULL, "mkdtemp");
         snprintf(path, sizeof path, "%s/opt.safetensors", dir);
         CHECK(mha_optimizer_save(o, path) == MHA_OK, "save: %s", mha_last_error());
-        CHECK(mha_optimizer_create_adamw_gpt(m, &ac, &o2) == MHA_OK, "adamw 2");
+        CHECK(mha_optimizer_create(mha_gpt_params(m), ADAMW_CFG(ac), &o2) == MHA_OK, "adamw 2");
         CHECK(mha_optimizer_load(o2, path) == MHA_OK, "load: %s", mha_last_error());
         CHECK(mha_optimizer_step_count(o2) == 1, "step count");
         mha_st *st = NULL;
@@ -247,7 +251,7 @@ int main(void) {
         mha_optimizer *os = NULL;
         mha_sgd_config sc;
         mha_sgd_config_init(&sc);
-        CHECK(mha_optimizer_create_sgd_gpt(m, &sc, &os) == MHA_ERR_CONFIG, "SGD without lr");
+        CHECK(mha_optimizer_create(mha_gpt_params(m), SGD_CFG(sc), &os) == MHA_ERR_CONFIG, "SGD without lr");
         unlink(path);
         rmdir(dir);
         mha_optimizer_free(o);

@@ -68,16 +68,17 @@ int main(void) {
                                          "heads.0.W_key.bias", "heads.0.W_value.weight", "heads.0.W_value.bias",
                                          "heads.1.W_query.weight", "heads.1.W_query.bias", "heads.1.W_key.weight",
                                          "heads.1.W_key.bias", "heads.1.W_value.weight", "heads.1.W_value.bias"};
-    CHECK(mha_module_num_params(m) == 12, "12 params, got %zu", mha_module_num_params(m));
-    for (size_t i = 0; i < 12 && i < mha_module_num_params(m); i++) {
+    const mha_params *ps = mha_module_params(m);
+    CHECK(mha_params_count(ps) == 12, "12 params, got %zu", mha_params_count(ps));
+    for (size_t i = 0; i < 12 && i < mha_params_count(ps); i++) {
         mha_param p;
-        mha_module_param(m, i, &p);
+        mha_params_get(ps, i, &p);
         CHECK(strcmp(p.name, wnames[i]) == 0, "param %zu is %s, want %s", i, p.name, wnames[i]);
         CHECK(p.ndim == (i % 2 ? 1 : 2) && p.shape[0] == 2 && (p.ndim == 1 || p.shape[1] == 3), "shape of %s", p.name);
     }
     mha_param p;
-    CHECK(mha_module_find_param(m, "out_proj.weight", &p) == MHA_ERR_MISSING, "no out_proj in the wrapper");
-    CHECK(mha_module_param(m, 12, &p) == MHA_ERR_ARGUMENT, "index out of range");
+    CHECK(mha_params_find(ps, "out_proj.weight", &p) == MHA_ERR_MISSING, "no out_proj in the wrapper");
+    CHECK(mha_params_get(ps, 12, &p) == MHA_ERR_ARGUMENT, "index out of range");
     mha_module_free(m);
     mha_module_free(NULL);
 
@@ -141,7 +142,7 @@ int main(void) {
     c = test_config(MHA_CAUSAL_ATTENTION, 3, 2, 4, 0, 1, 0);
     REQUIRE(mha_module_create(&c, &m) == MHA_OK, "causal");
     CHECK(mha_module_check_finite(m) == MHA_OK, "zeros are finite");
-    REQUIRE(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK, "find_param");
+    REQUIRE(mha_params_find(mha_module_params(m), "W_key.weight", &p) == MHA_OK, "find_param");
     p.data[1] = NAN;
     CHECK(mha_module_check_finite(m) == MHA_ERR_NONFINITE && strstr(mha_last_error(), "W_key.weight"), "NaN weight named");
     mha_module_free(m);

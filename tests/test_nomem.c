@@ -145,12 +145,12 @@ static mha_config config_of(mha_kind k) {
 
 static void keep_params(op *o) {
     mod_state *s = o->state;
-    const int64_t n = mha_module_param_scalars(s->m);
+    const int64_t n = mha_params_scalars(mha_module_params(s->m));
     float *buf = malloc((size_t)n * sizeof(float) + 1);
     size_t at = 0;
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_module_param(s->m, i, &p) == MHA_OK, "param");
+        REQUIRE(mha_params_get(mha_module_params(s->m), i, &p) == MHA_OK, "param");
         memcpy(buf + at, p.data, (size_t)p.numel * sizeof(float));
         at += (size_t)p.numel;
     }
@@ -235,7 +235,7 @@ static mha_status run_backward(op *o) {
                            .generator = s->g,
                            .philox_seed = 11,
                            .philox_offset = 3};
-    mha_status st = mha_module_zero_grad(s->m);
+    mha_status st = mha_params_zero_grad(mha_module_params(s->m));
     if (st == MHA_OK)
         st = mha_module_forward_tape(s->m, s->y, s->x, s->B, s->T, &fo, s->tape, NULL, 0);
     if (st == MHA_OK) st = mha_module_backward(s->m, s->tape, s->dx, s->x, s->dy, NULL, 0);
@@ -244,14 +244,14 @@ static mha_status run_backward(op *o) {
 static void keep_grads(op *o) {
     mod_state *s = o->state;
     const size_t nx = (size_t)(s->B * s->T * s->cfg.d_in) * sizeof(float), ny = y_len(s);
-    const size_t ng = (size_t)mha_module_param_scalars(s->m) * sizeof(float);
+    const size_t ng = (size_t)mha_params_scalars(mha_module_params(s->m)) * sizeof(float);
     unsigned char *buf = malloc(nx + ny + ng);
     memcpy(buf, s->y, ny);
     memcpy(buf + ny, s->dx, nx);
     size_t at = nx + ny;
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_module_grad(s->m, i, &p) == MHA_OK, "grad");
+        REQUIRE(mha_params_grad(mha_module_params(s->m), i, &p) == MHA_OK, "grad");
         memcpy(buf + at, p.data, (size_t)p.numel * sizeof(float));
         at += (size_t)p.numel * sizeof(float);
     }
@@ -323,20 +323,20 @@ static mha_status make_opt(mod_state *s, mha_optimizer **o) {
         mha_adamw_config c;
         mha_adamw_config_init(&c);
         c.amsgrad = 1;
-        return mha_optimizer_create_adamw(s->m, &c, o);
+        return mha_optimizer_create(mha_module_params(s->m), ADAMW_CFG(c), o);
     }
     mha_sgd_config c;
     mha_sgd_config_init(&c);
     c.lr = 0.1;
     c.momentum = 0.9;
-    return mha_optimizer_create_sgd(s->m, &c, o);
+    return mha_optimizer_create(mha_module_params(s->m), SGD_CFG(c), o);
 }
 static void setup_opt(op *o) {
     mod_state *s = o->state;
     setup_module(o);
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_module_grad(s->m, i, &p) == MHA_OK, "grad");
+        REQUIRE(mha_params_grad(mha_module_params(s->m), i, &p) == MHA_OK, "grad");
         test_fill(p.data, (size_t)p.numel, 40 + (unsigned)i);
     }
     path_in_tmp(s->path, sizeof s->path, "opt.safetensors");
@@ -347,10 +347,10 @@ static mha_status run_opt(op *o) {
     mha_module *fresh = NULL;
     mha_status st = mha_module_create_seeded(&s->cfg, 123, &fresh);
     if (st != MHA_OK) return st;
-    for (size_t i = 0; i < mha_module_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(s->m)); i++) {
         mha_param a, b;
-        mha_module_param(s->m, i, &a);
-        mha_module_param(fresh, i, &b);
+        mha_params_get(mha_module_params(s->m), i, &a);
+        mha_params_get(mha_module_params(fresh), i, &b);
         memcpy(a.data, b.data, (size_t)a.numel * sizeof(float));
     }
     mha_module_free(fresh);
@@ -380,6 +380,7 @@ typedef struct {
     float loss;
     int32_t gen[32];
     int64_t n_gen;
+    float *init; /* training: the parameters to start each run from */
     char path[128];
 } gpt_state;
 
@@ -400,16 +401,17 @@ static void teardown_gpt(op *o) {
     mha_generator_free(s->g);
     mha_gpt_tape_free(s->tape);
     free(s->logits);
-    s->m = NULL, s->g = NULL, s->logits = NULL, s->tape = NULL;
+    free(s->init);
+    s->m = NULL, s->g = NULL, s->logits = NULL, s->init = NULL, s->tape = NULL;
 }
 
 static void keep_gpt_params(op *o) {
     gpt_state *s = o->state;
-    unsigned char *buf = malloc((size_t)mha_gpt_param_scalars(s->m) * 4 * 2 + 64);
+    unsigned char *buf = malloc((size_t)mha_params_scalars(mha_gpt_params(s->m)) * 4 * 2 + 64);
     size_t at = 0;
-    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_gpt_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_gpt_param(s->m, i, &p) == MHA_OK, "param");
+        REQUIRE(mha_params_get(mha_gpt_params(s->m), i, &p) == MHA_OK, "param");
         memcpy(buf + at, p.data, (size_t)p.numel * 4);
         at += (size_t)p.numel * 4;
     }
@@ -456,82 +458,42 @@ static void keep_logits(op *o) {
     set_out(o, s->logits, 2 * 12 * 37 * sizeof(float));
 }
 
-/* training over (2, 6): loss_backward in eval (0) and training mode (1),
- * forward_tape + cross_entropy + backward (2), the blocks' tape and
- * backward (3); the result is the loss and every gradient */
-static mha_status run_gpt_train(op *o) {
+/* the tape entries over (2, 6) in training mode: forward_tape +
+ * cross_entropy + backward (0), the blocks' tape and backward (1); the
+ * result is the loss and every gradient */
+static mha_status run_gpt_tape(op *o) {
     gpt_state *s = o->state;
     enum { R = 12, V = 37, E = 16 };
     mha_generator_manual_seed(s->g, 9);
-    mha_status st = mha_gpt_zero_grad(s->m);
+    mha_status st = mha_params_zero_grad(mha_gpt_params(s->m));
     if (st == MHA_OK && !s->tape) st = mha_gpt_tape_create(&s->tape);
     if (st != MHA_OK) return st;
     int32_t tgt[R];
     for (int i = 0; i < R; i++) tgt[i] = (int32_t)((i * 5 + 1) % V);
-    mha_generator *g = s->mode == 0 ? NULL : s->g;
-    if (s->mode < 2) return mha_gpt_loss_backward(s->m, &s->loss, NULL, s->ids, tgt, 2, 6, g, s->tape);
     float d[R * V], y[R * E];
-    if (s->mode == 2) {
-        if ((st = mha_gpt_forward_tape(s->m, s->logits, s->ids, 2, 6, g, s->tape)) != MHA_OK) return st;
+    if (s->mode == 0) {
+        if ((st = mha_gpt_forward_tape(s->m, s->logits, s->ids, 2, 6, s->g, s->tape)) != MHA_OK) return st;
         if ((st = mha_cross_entropy(&s->loss, d, s->logits, tgt, R, V)) != MHA_OK) return st;
         return mha_gpt_backward(s->m, s->tape, d);
     }
     for (int i = 0; i < R * E; i++) s->logits[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
-    if ((st = mha_gpt_blocks_forward_tape(s->m, y, s->logits, 2, 6, g, s->tape)) != MHA_OK) return st;
+    if ((st = mha_gpt_blocks_forward_tape(s->m, y, s->logits, 2, 6, s->g, s->tape)) != MHA_OK) return st;
     for (int i = 0; i < R * E; i++) d[i] = (float)((i * 11) % 29) / 14.0f - 1.0f;
     return mha_gpt_blocks_backward(s->m, s->tape, s->logits, d);
 }
 static void keep_gpt_grads(op *o) {
     gpt_state *s = o->state;
-    unsigned char *buf = malloc((size_t)mha_gpt_param_scalars(s->m) * 4 * 2 + 64);
+    unsigned char *buf = malloc((size_t)mha_params_scalars(mha_gpt_params(s->m)) * 4 * 2 + 64);
     memcpy(buf, &s->loss, 4);
     size_t at = 4;
-    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_gpt_params(s->m)); i++) {
         mha_param p;
-        REQUIRE(mha_gpt_grad(s->m, i, &p) == MHA_OK, "grad");
+        REQUIRE(mha_params_grad(mha_gpt_params(s->m), i, &p) == MHA_OK, "grad");
         memcpy(buf + at, p.data, (size_t)p.numel * 4);
         at += (size_t)p.numel * 4;
     }
     set_out(o, buf, at);
     free(buf);
-}
-
-/* AdamW over a GPT: create, two steps, save, a second one loads and steps */
-static void setup_gpt_opt(op *o) {
-    gpt_state *s = o->state;
-    setup_gpt(o);
-    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
-        mha_param p;
-        REQUIRE(mha_gpt_grad(s->m, i, &p) == MHA_OK, "grad");
-        test_fill(p.data, (size_t)p.numel, 60 + (unsigned)i);
-    }
-    path_in_tmp(s->path, sizeof s->path, "gopt.safetensors");
-}
-static mha_status run_gpt_opt(op *o) {
-    gpt_state *s = o->state;
-    mha_gpt *fresh = NULL; /* parameters back to the seeded ones, so that a rerun starts alike */
-    mha_status st = mha_gpt_create_seeded(&s->cfg, 123, &fresh);
-    if (st != MHA_OK) return st;
-    for (size_t i = 0; i < mha_gpt_num_params(s->m); i++) {
-        mha_param a, b;
-        mha_gpt_param(s->m, i, &a);
-        mha_gpt_param(fresh, i, &b);
-        memcpy(a.data, b.data, (size_t)a.numel * sizeof(float));
-    }
-    mha_gpt_free(fresh);
-    mha_adamw_config c;
-    mha_adamw_config_init(&c);
-    mha_optimizer *o1 = NULL, *o2 = NULL;
-    st = mha_optimizer_create_adamw_gpt(s->m, &c, &o1);
-    if (st == MHA_OK) st = mha_optimizer_step(o1);
-    if (st == MHA_OK) st = mha_optimizer_step(o1);
-    if (st == MHA_OK) st = mha_optimizer_save(o1, s->path);
-    if (st == MHA_OK) st = mha_optimizer_create_adamw_gpt(s->m, &c, &o2);
-    if (st == MHA_OK) st = mha_optimizer_load(o2, s->path);
-    if (st == MHA_OK) st = mha_optimizer_step(o2);
-    mha_optimizer_free(o1);
-    mha_optimizer_free(o2);
-    return st;
 }
 
 /* generation: KV cache greedy (0), cache sampled top-k (1), full forward (2) */
@@ -721,6 +683,62 @@ static void teardown_misc(op *o) {
     s->g = NULL;
 }
 
+/* training: the taped forward and loss_backward in training mode, then an
+ * optimizer over the model's parameter set (0: AdamW, untied head; 1: SGD
+ * with momentum, tied head): create, step, save, load into a second, step */
+static void setup_gpt_train(op *o) {
+    gpt_state *s = o->state;
+    setup_gpt(o);
+    if (s->mode == 1) {
+        mha_gpt_free(s->m);
+        REQUIRE(mha_gpt_create(&s->cfg, 1, &s->m) == MHA_OK && mha_gpt_init(s->m, s->g) == MHA_OK, "tied");
+    }
+    const mha_params *ps = mha_gpt_params(s->m);
+    s->init = malloc((size_t)mha_params_scalars(ps) * 2 * sizeof(float));
+    size_t at = 0;
+    for (size_t i = 0; i < mha_params_count(ps); i++) {
+        mha_param p;
+        REQUIRE(mha_params_get(ps, i, &p) == MHA_OK, "param");
+        memcpy(s->init + at, p.data, p.numel * sizeof(float));
+        at += p.numel;
+    }
+    path_in_tmp(s->path, sizeof s->path, "gpt_opt.safetensors");
+}
+static mha_status run_gpt_train(op *o) {
+    gpt_state *s = o->state;
+    mha_params *ps = mha_gpt_params(s->m);
+    size_t at = 0;
+    for (size_t i = 0; i < mha_params_count(ps); i++) { /* every run starts alike */
+        mha_param p;
+        mha_params_get(ps, i, &p);
+        memcpy(p.data, s->init + at, p.numel * sizeof(float));
+        at += p.numel;
+    }
+    int32_t tgt[12];
+    for (int i = 0; i < 12; i++) tgt[i] = s->ids[(i + 1) % 12];
+    mha_generator_manual_seed(s->g, 9);
+    mha_gpt_tape *tape = NULL;
+    float loss = 0.0f;
+    mha_status st = mha_params_zero_grad(ps);
+    if (st == MHA_OK) st = mha_gpt_tape_create(&tape);
+    if (st == MHA_OK) st = mha_gpt_loss_backward(s->m, &loss, NULL, s->ids, tgt, 2, 6, s->g, tape);
+    mha_gpt_tape_free(tape);
+    mha_optimizer_config c;
+    mha_optimizer_config_init(&c, s->mode ? MHA_OPTIM_SGD : MHA_OPTIM_ADAMW);
+    c.sgd.lr = 0.1;
+    c.sgd.momentum = 0.9;
+    mha_optimizer *o1 = NULL, *o2 = NULL;
+    if (st == MHA_OK) st = mha_optimizer_create(ps, &c, &o1);
+    if (st == MHA_OK) st = mha_optimizer_step(o1);
+    if (st == MHA_OK) st = mha_optimizer_save(o1, s->path);
+    if (st == MHA_OK) st = mha_optimizer_create(ps, &c, &o2);
+    if (st == MHA_OK) st = mha_optimizer_load(o2, s->path);
+    if (st == MHA_OK) st = mha_optimizer_step(o2);
+    mha_optimizer_free(o1);
+    mha_optimizer_free(o2);
+    return st;
+}
+
 /* ---- main ----------------------------------------------------------------------- */
 
 int main(void) {
@@ -809,16 +827,10 @@ int main(void) {
             op o = {gn[mode], setup_gpt, run_gpt_generate, keep_gen, teardown_gpt, &s, NULL, 0};
             inject_loop(&o);
         }
-        static const char *const trn[] = {"GPTModel loss_backward (eval)", "GPTModel loss_backward (training)",
-                                          "GPTModel forward_tape + backward", "GPTModel blocks tape + backward"};
-        for (int mode = 0; mode < 4; mode++) {
+        static const char *const tpn[] = {"GPTModel forward_tape + backward", "GPTModel blocks tape + backward"};
+        for (int mode = 0; mode < 2; mode++) {
             s.mode = mode;
-            op o = {trn[mode], setup_gpt, run_gpt_train, keep_gpt_grads, teardown_gpt, &s, NULL, 0};
-            inject_loop(&o);
-        }
-        {
-            op o = {"GPTModel AdamW create/step/save/load/step", setup_gpt_opt, run_gpt_opt, keep_gpt_params,
-                    teardown_gpt, &s, NULL, 0};
+            op o = {tpn[mode], setup_gpt, run_gpt_tape, keep_gpt_grads, teardown_gpt, &s, NULL, 0};
             inject_loop(&o);
         }
         {
@@ -829,6 +841,13 @@ int main(void) {
         for (int mode = 0; mode < 2; mode++) {
             s.mode = mode;
             op o = {ln[mode], setup_gpt_load, run_gpt_load, keep_gpt_params, teardown_gpt, &s, NULL, 0};
+            inject_loop(&o);
+        }
+        static const char *const trn[] = {"GPTModel loss_backward + AdamW",
+                                          "GPTModel tied: loss_backward + SGD"};
+        for (int mode = 0; mode < 2; mode++) {
+            s.mode = mode;
+            op o = {trn[mode], setup_gpt_train, run_gpt_train, keep_gpt_params, teardown_gpt, &s, NULL, 0};
             inject_loop(&o);
         }
         gpt_cfg(&s, MHA_TRANSFORMER_BLOCK);

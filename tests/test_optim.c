@@ -28,19 +28,20 @@ static mha_module *new_module(int64_t d_in, int64_t d_out, uint64_t seed) {
 
 /* Every gradient from seed (different per step: pass step into seed). */
 static void set_grads(mha_module *m, unsigned seed) {
-    for (size_t i = 0; i < mha_module_num_params(m); i++) {
+    for (size_t i = 0; i < mha_params_count(mha_module_params(m)); i++) {
         mha_param g;
-        REQUIRE(mha_module_grad(m, i, &g) == MHA_OK, "grad: %s", mha_last_error());
+        REQUIRE(mha_params_grad(mha_module_params(m), i, &g) == MHA_OK, "grad: %s", mha_last_error());
         test_fill(g.data, g.numel, seed * 131u + (unsigned)i);
     }
 }
 
 /* Bitwise equality of two modules' parameters. */
-static int same_params(const mha_module *a, const mha_module *b) {
-    if (mha_module_num_params(a) != mha_module_num_params(b)) return 0;
-    for (size_t i = 0; i < mha_module_num_params(a); i++) {
+static int same_params(mha_module *ma, mha_module *mb) {
+    const mha_params *a = mha_module_params(ma), *b = mha_module_params(mb);
+    if (mha_params_count(a) != mha_params_count(b)) return 0;
+    for (size_t i = 0; i < mha_params_count(a); i++) {
         mha_param pa, pb;
-        if (mha_module_param(a, i, &pa) != MHA_OK || mha_module_param(b, i, &pb) != MHA_OK ||
+        if (mha_params_get(a, i, &pa) != MHA_OK || mha_params_get(b, i, &pb) != MHA_OK ||
             pa.numel != pb.numel || memcmp(pa.data, pb.data, pa.numel * sizeof(float)) != 0)
             return 0;
     }
@@ -74,7 +75,8 @@ static mha_optimizer *adamw(mha_module *m, double lr, int amsgrad) {
     c.lr = lr;
     c.amsgrad = amsgrad;
     mha_optimizer *o = NULL;
-    REQUIRE(mha_optimizer_create_adamw(m, &c, &o) == MHA_OK, "adamw: %s", mha_last_error());
+    REQUIRE(mha_optimizer_create(mha_module_params(m), ADAMW_CFG(c), &o) == MHA_OK, "adamw: %s",
+            mha_last_error());
     return o;
 }
 
@@ -88,7 +90,8 @@ static mha_optimizer *sgd(mha_module *m, double lr, double momentum, double damp
     c.nesterov = nesterov;
     c.weight_decay = wd;
     mha_optimizer *o = NULL;
-    REQUIRE(mha_optimizer_create_sgd(m, &c, &o) == MHA_OK, "sgd: %s", mha_last_error());
+    REQUIRE(mha_optimizer_create(mha_module_params(m), SGD_CFG(c), &o) == MHA_OK, "sgd: %s",
+            mha_last_error());
     return o;
 }
 
@@ -138,7 +141,7 @@ static void test_config_validation(void) {
         mha_adamw_config c = {t->lr, t->b1, t->b2, t->eps, t->wd, t->amsgrad,
                               (mha_optim_variant)t->variant};
         mha_optimizer *o = (mha_optimizer *)&c; /* must be reset to NULL */
-        mha_status s = mha_optimizer_create_adamw(m, &c, &o);
+        mha_status s = mha_optimizer_create(mha_module_params(m), ADAMW_CFG(c), &o);
         CHECK(s == MHA_ERR_CONFIG && o == NULL, "AdamW case %zu (%s): %s", i, t->what,
               mha_status_name(s));
         CHECK(strstr(mha_last_error(), t->what) != NULL, "AdamW case %zu: detail '%s' names %s",
@@ -151,7 +154,7 @@ static void test_config_validation(void) {
         mha_adamw_config c = {t->lr, t->b1, t->b2, t->eps, t->wd, t->amsgrad,
                               (mha_optim_variant)t->variant};
         mha_optimizer *o = NULL;
-        CHECK(mha_optimizer_create_adamw(m, &c, &o) == MHA_OK, "AdamW edge %zu: %s", i,
+        CHECK(mha_optimizer_create(mha_module_params(m), ADAMW_CFG(c), &o) == MHA_OK, "AdamW edge %zu: %s", i,
               mha_last_error());
         mha_optimizer_free(o);
     }
@@ -170,7 +173,7 @@ static void test_config_validation(void) {
         mha_sgd_config c = {t->lr, t->mom, t->damp, t->wd, t->nesterov,
                             (mha_optim_variant)t->variant};
         mha_optimizer *o = (mha_optimizer *)&c;
-        mha_status s = mha_optimizer_create_sgd(m, &c, &o);
+        mha_status s = mha_optimizer_create(mha_module_params(m), SGD_CFG(c), &o);
         CHECK(s == MHA_ERR_CONFIG && o == NULL, "SGD case %zu (%s): %s", i, t->what,
               mha_status_name(s));
         CHECK(strstr(mha_last_error(), t->what) != NULL, "SGD case %zu: detail '%s' names %s", i,
@@ -184,7 +187,7 @@ static void test_config_validation(void) {
         mha_sgd_config c = {t->lr, t->mom, t->damp, t->wd, t->nesterov,
                             (mha_optim_variant)t->variant};
         mha_optimizer *o = NULL;
-        CHECK(mha_optimizer_create_sgd(m, &c, &o) == MHA_OK, "SGD edge %zu: %s", i,
+        CHECK(mha_optimizer_create(mha_module_params(m), SGD_CFG(c), &o) == MHA_OK, "SGD edge %zu: %s", i,
               mha_last_error());
         mha_optimizer_free(o);
     }
@@ -196,12 +199,12 @@ static void test_config_validation(void) {
     mha_sgd_config_init(&sc);
     sc.lr = 0.1;
     mha_optimizer *o = NULL;
-    CHECK(mha_optimizer_create_adamw(NULL, &ac, &o) == MHA_ERR_ARGUMENT && !o, "NULL module");
-    CHECK(mha_optimizer_create_adamw(m, NULL, &o) == MHA_ERR_ARGUMENT && !o, "NULL config");
-    CHECK(mha_optimizer_create_adamw(m, &ac, NULL) == MHA_ERR_ARGUMENT, "NULL out");
-    CHECK(mha_optimizer_create_sgd(NULL, &sc, &o) == MHA_ERR_ARGUMENT && !o, "NULL module");
-    CHECK(mha_optimizer_create_sgd(m, NULL, &o) == MHA_ERR_ARGUMENT && !o, "NULL config");
-    CHECK(mha_optimizer_create_sgd(m, &sc, NULL) == MHA_ERR_ARGUMENT, "NULL out");
+    CHECK(mha_optimizer_create(NULL, ADAMW_CFG(ac), &o) == MHA_ERR_ARGUMENT && !o, "NULL module");
+    CHECK(mha_optimizer_create(mha_module_params(m), NULL, &o) == MHA_ERR_ARGUMENT && !o, "NULL config");
+    CHECK(mha_optimizer_create(mha_module_params(m), ADAMW_CFG(ac), NULL) == MHA_ERR_ARGUMENT, "NULL out");
+    CHECK(mha_optimizer_create(NULL, SGD_CFG(sc), &o) == MHA_ERR_ARGUMENT && !o, "NULL module");
+    CHECK(mha_optimizer_create(mha_module_params(m), NULL, &o) == MHA_ERR_ARGUMENT && !o, "NULL config");
+    CHECK(mha_optimizer_create(mha_module_params(m), SGD_CFG(sc), NULL) == MHA_ERR_ARGUMENT, "NULL out");
     CHECK(mha_optimizer_step(NULL) == MHA_ERR_ARGUMENT, "step NULL");
     CHECK(mha_optimizer_step_count(NULL) == 0, "step_count NULL");
     CHECK(mha_optimizer_name(NULL) == NULL, "name NULL");
@@ -246,7 +249,7 @@ static void test_accessors(void) {
 static void test_arithmetic(void) {
     mha_module *m = new_module(3, 4, 3);
     mha_module *m0 = new_module(3, 4, 3); /* the parameters before */
-    const size_t np = mha_module_num_params(m);
+    const size_t np = mha_params_count(mha_module_params(m));
 
     /* plain SGD: p - lr * g, one rounding (the AVX2 variant's fused add_) */
     mha_optimizer *o = sgd(m, 0.1, 0, 0, 0, 0);
@@ -256,9 +259,9 @@ static void test_arithmetic(void) {
     int bad = 0;
     for (size_t i = 0; i < np; i++) {
         mha_param p, p0, g;
-        mha_module_param(m, i, &p);
-        mha_module_param(m0, i, &p0);
-        mha_module_grad(m, i, &g);
+        mha_params_get(mha_module_params(m), i, &p);
+        mha_params_get(mha_module_params(m0), i, &p0);
+        mha_params_grad(mha_module_params(m), i, &g);
         for (size_t j = 0; j < p.numel; j++) bad += p.data[j] != fmaf(-0.1f, g.data[j], p0.data[j]);
     }
     CHECK(bad == 0, "SGD: %d values not fmaf(-lr, g, p)", bad);
@@ -271,15 +274,15 @@ static void test_arithmetic(void) {
     mha_sgd_config_init(&sc);
     sc.lr = 0.1;
     sc.variant = MHA_OPTIM_TORCH_DEFAULT;
-    REQUIRE(mha_optimizer_create_sgd(m, &sc, &o) == MHA_OK, "sgd default");
+    REQUIRE(mha_optimizer_create(mha_module_params(m), SGD_CFG(sc), &o) == MHA_OK, "sgd default");
     set_grads(m, 1);
     REQUIRE(mha_optimizer_step(o) == MHA_OK, "sgd step");
     bad = 0;
     for (size_t i = 0; i < np; i++) {
         mha_param p, p0, g;
-        mha_module_param(m, i, &p);
-        mha_module_param(m0, i, &p0);
-        mha_module_grad(m, i, &g);
+        mha_params_get(mha_module_params(m), i, &p);
+        mha_params_get(mha_module_params(m0), i, &p0);
+        mha_params_grad(mha_module_params(m), i, &g);
         for (size_t j = 0; j < p.numel; j++) {
             volatile float prod = -0.1f * g.data[j];
             bad += p.data[j] != p0.data[j] + prod;
@@ -289,8 +292,8 @@ static void test_arithmetic(void) {
     int differ = 0; /* the variants are not the same arithmetic */
     for (size_t i = 0; i < np; i++) {
         mha_param p0, g;
-        mha_module_param(m0, i, &p0);
-        mha_module_grad(m, i, &g);
+        mha_params_get(mha_module_params(m0), i, &p0);
+        mha_params_grad(mha_module_params(m), i, &g);
         for (size_t j = 0; j < p0.numel; j++) {
             volatile float prod = -0.1f * g.data[j];
             differ += fmaf(-0.1f, g.data[j], p0.data[j]) != p0.data[j] + prod;
@@ -309,9 +312,9 @@ static void test_arithmetic(void) {
     double worst = 0;
     for (size_t i = 0; i < np; i++) {
         mha_param p, p0, g;
-        mha_module_param(m, i, &p);
-        mha_module_param(m0, i, &p0);
-        mha_module_grad(m, i, &g);
+        mha_params_get(mha_module_params(m), i, &p);
+        mha_params_get(mha_module_params(m0), i, &p0);
+        mha_params_grad(mha_module_params(m), i, &g);
         for (size_t j = 0; j < p.numel; j++) {
             const double gj = g.data[j];
             const double want = (double)p0.data[j] * (1 - 1e-2 * 1e-2) -
@@ -324,9 +327,9 @@ static void test_arithmetic(void) {
     /* zero gradients: AdamW still decays the weights (PyTorch's zero_grad
      * keeps .grad, and a zero .grad is stepped) */
     mha_param p;
-    mha_module_param(m, 0, &p);
+    mha_params_get(mha_module_params(m), 0, &p);
     const float before = p.data[0];
-    REQUIRE(mha_module_zero_grad(m) == MHA_OK, "zero_grad");
+    REQUIRE(mha_params_zero_grad(mha_module_params(m)) == MHA_OK, "zero_grad");
     REQUIRE(mha_optimizer_step(o) == MHA_OK, "adamw step 2");
     CHECK(mha_optimizer_step_count(o) == 2, "step count 2");
     CHECK(p.data[0] != before, "weight decay with a zero gradient");
@@ -351,7 +354,7 @@ static void test_nonfinite(void) {
 
             set_grads(ma, 11);
             mha_param g;
-            mha_module_grad(ma, 3, &g);
+            mha_params_grad(mha_module_params(ma), 3, &g);
             g.data[g.numel - 1] = bads[b];
             mha_status s = mha_optimizer_step(oa);
             CHECK(s == MHA_ERR_NONFINITE, "non-finite gradient: %s", mha_status_name(s));
@@ -388,7 +391,7 @@ static mha_optimizer *mk_adamw_ams(mha_module *m, int v) {
     c.weight_decay = 0.05;
     c.variant = (mha_optim_variant)v;
     mha_optimizer *o = NULL;
-    REQUIRE(mha_optimizer_create_adamw(m, &c, &o) == MHA_OK, "create");
+    REQUIRE(mha_optimizer_create(mha_module_params(m), ADAMW_CFG(c), &o) == MHA_OK, "create");
     return o;
 }
 static mha_optimizer *mk_adamw(mha_module *m, int v) {
@@ -404,7 +407,7 @@ static mha_optimizer *mk_sgd_nesterov(mha_module *m, int v) {
     c.weight_decay = 1e-3;
     c.variant = (mha_optim_variant)v;
     mha_optimizer *o = NULL;
-    REQUIRE(mha_optimizer_create_sgd(m, &c, &o) == MHA_OK, "create");
+    REQUIRE(mha_optimizer_create(mha_module_params(m), SGD_CFG(c), &o) == MHA_OK, "create");
     return o;
 }
 static mha_optimizer *mk_sgd_damp(mha_module *m, int v) {
@@ -706,7 +709,7 @@ static mha_optimizer *adamw_slow(mha_module *m) {
     mha_adamw_config_init(&c);
     c.beta1 = c.beta2 = 0.99999999;
     mha_optimizer *o = NULL;
-    REQUIRE(mha_optimizer_create_adamw(m, &c, &o) == MHA_OK, "create");
+    REQUIRE(mha_optimizer_create(mha_module_params(m), ADAMW_CFG(c), &o) == MHA_OK, "create");
     return o;
 }
 

@@ -592,13 +592,13 @@ static void test_writer(void) {
 /* Modules                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int same_params(const mha_module *a, const mha_module *b) {
-    size_t n = mha_module_num_params(a);
-    if (n != mha_module_num_params(b)) return 0;
+static int same_params(mha_module *ma, mha_module *mb) {
+    const mha_params *a = mha_module_params(ma), *b = mha_module_params(mb);
+    size_t n = mha_params_count(a);
+    if (n != mha_params_count(b)) return 0;
     for (size_t i = 0; i < n; i++) {
         mha_param p, q;
-        if (mha_module_param(a, i, &p) != MHA_OK || mha_module_param(b, i, &q) != MHA_OK)
-            return 0;
+        if (mha_params_get(a, i, &p) != MHA_OK || mha_params_get(b, i, &q) != MHA_OK) return 0;
         if (strcmp(p.name, q.name) || p.numel != q.numel ||
             memcmp(p.data, q.data, p.numel * sizeof(float)))
             return 0;
@@ -810,10 +810,10 @@ static void test_module_errors(void) {
         mha_module *m = NULL;
         if (load_mfile(&f, &m) == MHA_OK) {
             mha_param p;
-            CHECK(mha_module_find_param(m, "out_proj.bias", &p) == MHA_OK && p.numel == 4 &&
+            CHECK(mha_params_find(mha_module_params(m), "out_proj.bias", &p) == MHA_OK && p.numel == 4 &&
                       memcmp(p.data, B, sizeof B) == 0,
                   "values loaded");
-            CHECK(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK &&
+            CHECK(mha_params_find(mha_module_params(m), "W_key.weight", &p) == MHA_OK &&
                       memcmp(p.data, W, 16 * sizeof(float)) == 0,
                   "weight loaded");
         }
@@ -849,11 +849,11 @@ static void test_module_errors(void) {
         CHECK(s == MHA_OK, "mixed dtypes: %s", mha_last_error());
         if (m) {
             mha_param p;
-            REQUIRE(mha_module_find_param(m, "W_query.weight", &p) == MHA_OK, "find_param");
+            REQUIRE(mha_params_find(mha_module_params(m), "W_query.weight", &p) == MHA_OK, "find_param");
             CHECK(p.data[0] == 1.0f && p.data[15] == 1.0f + 15.0f / 1024.0f, "F16 weights");
-            REQUIRE(mha_module_find_param(m, "W_key.weight", &p) == MHA_OK, "find_param");
+            REQUIRE(mha_params_find(mha_module_params(m), "W_key.weight", &p) == MHA_OK, "find_param");
             CHECK(bits(p.data[3]) == (uint32_t)0x3C03 << 16, "BF16 weights");
-            REQUIRE(mha_module_find_param(m, "out_proj.bias", &p) == MHA_OK, "find_param");
+            REQUIRE(mha_params_find(mha_module_params(m), "out_proj.bias", &p) == MHA_OK, "find_param");
             CHECK(p.data[0] == 0.5f && p.data[2] == -1.0f, "F64 bias");
         }
         mha_module_free(m);
@@ -1164,6 +1164,92 @@ static void test_locale(void) {
     setlocale(LC_NUMERIC, "C");
 }
 
+/* ------------------------------------------------------------------------ */
+/* The metadata rule (docs/file-formats.md)                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A file whose __metadata__ holds "k": value (JSON-escaped by the caller). */
+static mha_st *meta_file(const char *value) {
+    char hdr[256];
+    snprintf(hdr, sizeof hdr, "{\"__metadata__\":{\"k\":\"%s\"}}", value);
+    return expect_buf(mk(hdr, NULL, 0), MHA_OK, hdr, 1);
+}
+
+/* Reading "k" = value as kind 'i', 'd' or 'b' gives want (and *got). */
+static void expect_meta(char kind, const char *value, mha_status want, double got) {
+    mha_st *st = meta_file(value);
+    if (!st) return;
+    int64_t i = -7;
+    double d = -7.0;
+    int b = -7;
+    mha_status s = kind == 'i'   ? mha_st_metadata_int(st, "k", -1000, 1000, &i)
+                   : kind == 'd' ? mha_st_metadata_double(st, "k", &d)
+                                 : mha_st_metadata_bool(st, "k", &b);
+    const double v = kind == 'i' ? (double)i : kind == 'd' ? d : (double)b;
+    CHECK(s == want, "%c '%s': %s (%s), want %s", kind, value, mha_status_name(s), mha_last_error(),
+          mha_status_name(want));
+    if (want == MHA_OK) CHECK(v == got, "%c '%s' read as %g, want %g", kind, value, v, got);
+    else
+        CHECK(v == -7.0 && strstr(mha_last_error(), "'k'") != NULL,
+              "%c '%s': out written or the key not named: %s", kind, value, mha_last_error());
+    mha_st_free(st);
+}
+
+static void test_metadata_rule(void) {
+    static const struct {
+        const char *v;
+        double want;
+    } ints[] = {{"12", 12}, {"0", 0}, {"-7", -7}, {"1000", 1000}, {"-1000", -1000}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        expect_meta('i', ints[i].v, MHA_OK, ints[i].want);
+    static const char *const bad_ints[] = {"\\t12", "\\n12", " 12", "12 ", "+12", "012", "00", "-0", "-",
+                                           "", "1e3", "12.0", "0x10", "1001", "-1001",
+                                           "99999999999999999999", "-99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_ints / sizeof bad_ints[0]; i++)
+        expect_meta('i', bad_ints[i], MHA_ERR_FORMAT, 0);
+    static const struct {
+        const char *v;
+        double want;
+    } dbls[] = {{"0.1", 0.1}, {"-2", -2}, {"1e-08", 1e-08}, {"1e3", 1e3}, {".5", 0.5}, {"0", 0},
+                {"0.10000000000000001", 0.1}, {"1E+2", 100}};
+    for (size_t i = 0; i < sizeof dbls / sizeof dbls[0]; i++)
+        expect_meta('d', dbls[i].v, MHA_OK, dbls[i].want);
+    static const char *const bad_dbls[] = {"", "nan", "NaN", "inf", "-inf", "0x1p3", "+0.5", " 0.5", "\\t0.5",
+                                           "0.5 ", "1e999", ".", "1e", "0.5x", "--1"};
+    for (size_t i = 0; i < sizeof bad_dbls / sizeof bad_dbls[0]; i++)
+        expect_meta('d', bad_dbls[i], MHA_ERR_FORMAT, 0);
+    static const char *const bools[6] = {"true", "True", "1", "false", "False", "0"};
+    for (int i = 0; i < 6; i++) expect_meta('b', bools[i], MHA_OK, i < 3);
+    static const char *const bad_bools[] = {"", "TRUE", "yes", "2", " true", "true ", "+1", "01"};
+    for (size_t i = 0; i < sizeof bad_bools / sizeof bad_bools[0]; i++)
+        expect_meta('b', bad_bools[i], MHA_ERR_FORMAT, 0);
+    /* a missing key, and NULLs */
+    mha_st *st = meta_file("1");
+    int64_t x;
+    if (st) {
+        CHECK(mha_st_metadata_int(st, "nope", 0, 1, &x) == MHA_ERR_MISSING &&
+                  strstr(mha_last_error(), "'nope'"), "missing key: %s", mha_last_error());
+        CHECK(mha_st_metadata_int(st, NULL, 0, 1, &x) == MHA_ERR_ARGUMENT, "NULL key");
+    }
+    CHECK(mha_st_metadata_int(NULL, "k", 0, 1, &x) == MHA_ERR_ARGUMENT, "NULL st");
+    mha_st_free(st);
+    /* the GPT loader reads by the same rule (it once took "\t4" through strtoll) */
+    static const char *const emb[3] = {"4", "\\t4", "04"};
+    for (int i = 0; i < 3; i++) {
+        char hdr[256];
+        snprintf(hdr, sizeof hdr,
+                 "{\"__metadata__\":{\"module\":\"TransformerBlock\",\"context_length\":\"3\","
+                 "\"emb_dim\":\"%s\",\"n_heads\":\"2\"}}", emb[i]);
+        mha_st *g = expect_buf(mk(hdr, NULL, 0), MHA_OK, hdr, 1);
+        mha_gpt *m = NULL;
+        const mha_status s = g ? mha_gpt_from_st(g, &m) : MHA_OK;
+        const int want = i == 0 ? s == MHA_ERR_MISSING
+                                : s == MHA_ERR_CONFIG && strstr(mha_last_error(), "emb_dim") != NULL;
+        CHECK(want, "GPT emb_dim '%s': %s (%s)", emb[i], mha_status_name(s), mha_last_error());
+        mha_st_free(g);
+    }
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mha_st_test_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -1183,6 +1269,7 @@ int main(void) {
     test_torch_file();
     test_corpus();
     test_locale();
+    test_metadata_rule();
     rmdir(tmpdir);
     printf("%d passed, %d failed\n", t_pass, t_fail);
     return t_fail ? 1 : 0;

@@ -16,6 +16,11 @@
 
 static int t_pass, t_fail;
 
+/* The one optimizer configuration holding an AdamW or SGD configuration c,
+ * for mha_optimizer_create. */
+#define ADAMW_CFG(c) (&(mha_optimizer_config){.kind = MHA_OPTIM_ADAMW, .adamw = (c)})
+#define SGD_CFG(c) (&(mha_optimizer_config){.kind = MHA_OPTIM_SGD, .sgd = (c)})
+
 #define CHECK(cond, ...)                                                  \
     do {                                                                  \
         if (cond) {                                                       \

@@ -297,10 +297,11 @@ class Module:
         self._forwards = 0
         self.training = True
         self._cfg = _L.mha_module_config_of(h).contents
+        self._ps = _L.mha_module_params(h)  # the module's parameter set
         self._names = []
-        for i in range(_L.mha_module_num_params(h)):
+        for i in range(_L.mha_params_count(self._ps)):
             p = _lib.Param()
-            _check(_L.mha_module_param(h, i, _lib.ctypes.byref(p)))
+            _check(_L.mha_params_get(self._ps, i, _lib.ctypes.byref(p)))
             self._names.append(p.name.decode())
 
     def __del__(self):
@@ -420,7 +421,7 @@ class Module:
     # -- parameters and gradients --
     def _param(self, i, grad=False):
         p = _lib.Param()
-        _check((_L.mha_module_grad if grad else _L.mha_module_param)(self._h, i, _lib.ctypes.byref(p)))
+        _check((_L.mha_params_grad if grad else _L.mha_params_get)(self._ps, i, _lib.ctypes.byref(p)))
         return p
 
     def named_parameters(self):
@@ -445,7 +446,7 @@ class Module:
 
     def zero_grad(self, set_to_none=False):
         """Every gradient to zero (mha keeps no None gradients)."""
-        _check(_L.mha_module_zero_grad(self._h), "zero_grad")
+        _check(_L.mha_params_zero_grad(self._ps), "zero_grad")
 
     def _lookup(self, name):
         if name in self._names:

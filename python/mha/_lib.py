@@ -59,6 +59,11 @@ class SGDConfig(ctypes.Structure):
                 ("weight_decay", c_double), ("nesterov", c_int), ("variant", c_int)]
 
 
+class OptimizerConfig(ctypes.Structure):
+    """mha_optimizer_config"""
+    _fields_ = [("kind", c_int), ("adamw", AdamWConfig), ("sgd", SGDConfig)]
+
+
 # name: (restype, argtypes); mha_status is an int
 _PROTOTYPES = {
     "mha_version": (c_char_p, []),
@@ -80,12 +85,14 @@ _PROTOTYPES = {
     "mha_module_init": (c_int, [c_void_p, c_void_p]),
     "mha_module_free": (None, [c_void_p]),
     "mha_module_config_of": (P(Config), [c_void_p]),
-    "mha_module_num_params": (c_size_t, [c_void_p]),
-    "mha_module_param": (c_int, [c_void_p, c_size_t, P(Param)]),
+    "mha_module_params": (c_void_p, [c_void_p]),
+    "mha_params_count": (c_size_t, [c_void_p]),
+    "mha_params_scalars": (c_int64, [c_void_p]),
+    "mha_params_get": (c_int, [c_void_p, c_size_t, P(Param)]),
+    "mha_params_grad": (c_int, [c_void_p, c_size_t, P(Param)]),
+    "mha_params_zero_grad": (c_int, [c_void_p]),
     "mha_module_forward_ex": (c_int, [c_void_p, c_float_p, c_float_p, c_int64, c_int64, P(ForwardOpts),
                                       c_void_p, c_size_t]),
-    "mha_module_grad": (c_int, [c_void_p, c_size_t, P(Param)]),
-    "mha_module_zero_grad": (c_int, [c_void_p]),
     "mha_tape_create": (c_int, [P(c_void_p)]),
     "mha_tape_free": (None, [c_void_p]),
     "mha_module_forward_tape": (c_int, [c_void_p, c_float_p, c_float_p, c_int64, c_int64, P(ForwardOpts),
@@ -93,10 +100,8 @@ _PROTOTYPES = {
     "mha_module_backward": (c_int, [c_void_p, c_void_p, c_float_p, c_float_p, c_float_p, c_void_p, c_size_t]),
     "mha_module_save": (c_int, [c_void_p, c_char_p]),
     "mha_module_load": (c_int, [c_char_p, P(c_void_p)]),
-    "mha_adamw_config_init": (None, [P(AdamWConfig)]),
-    "mha_sgd_config_init": (None, [P(SGDConfig)]),
-    "mha_optimizer_create_adamw": (c_int, [c_void_p, P(AdamWConfig), P(c_void_p)]),
-    "mha_optimizer_create_sgd": (c_int, [c_void_p, P(SGDConfig), P(c_void_p)]),
+    "mha_optimizer_config_init": (None, [P(OptimizerConfig), c_int]),
+    "mha_optimizer_create": (c_int, [c_void_p, P(OptimizerConfig), P(c_void_p)]),
     "mha_optimizer_free": (None, [c_void_p]),
     "mha_optimizer_step": (c_int, [c_void_p]),
     "mha_optimizer_step_count": (c_int64, [c_void_p]),

@@ -45,9 +45,7 @@ _PROTOTYPES = {
     "mha_gpt_init": (c_int, [c_void_p, c_void_p]),
     "mha_gpt_free": (None, [c_void_p]),
     "mha_gpt_config_of": (P(GPTConfig), [c_void_p]),
-    "mha_gpt_num_params": (ctypes.c_size_t, [c_void_p]),
-    "mha_gpt_param": (c_int, [c_void_p, ctypes.c_size_t, P(_lib.Param)]),
-    "mha_gpt_param_scalars": (c_int64, [c_void_p]),
+    "mha_gpt_params": (c_void_p, [c_void_p]),
     "mha_gpt_forward": (c_int, [c_void_p, _lib.c_float_p, _c_int32_p, c_int64, c_int64, c_int, c_void_p]),
     "mha_gpt_blocks_forward": (c_int, [c_void_p, _lib.c_float_p, _lib.c_float_p, c_int64, c_int64, c_void_p]),
     "mha_generate_opts_init": (None, [P(GenerateOpts)]),
@@ -122,9 +120,10 @@ class _GPTBase:
     def named_parameters(self):
         from . import _view
         out = []
-        for i in range(_L.mha_gpt_num_params(self._h)):
+        ps = _L.mha_gpt_params(self._h)
+        for i in range(_L.mha_params_count(ps)):
             p = _lib.Param()
-            _check(_L.mha_gpt_param(self._h, i, ctypes.byref(p)), "parameter")
+            _check(_L.mha_params_get(ps, i, ctypes.byref(p)), "parameter")
             out.append((p.name.decode(), _view(self, p)))
         return out
 
@@ -133,7 +132,7 @@ class _GPTBase:
 
     def numel(self):
         """sum(p.numel() for p in model.parameters()) as torch counts it."""
-        return int(_L.mha_gpt_param_scalars(self._h))
+        return int(_L.mha_params_scalars(_L.mha_gpt_params(self._h)))
 
     def state_dict(self):
         """torch's names and order (without the att.mask buffers), copies."""

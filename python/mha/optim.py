@@ -42,12 +42,13 @@ class _ParamGroup(dict):
 
 
 class Optimizer:
-    def _create(self, params, create, cfg, values):
+    def _create(self, params, cfg, values):
         from . import _VARIANT
         self.module = _module_of(params)
-        cfg.variant = _VARIANT
+        cfg.adamw.variant = cfg.sgd.variant = _VARIANT
         h = ctypes.c_void_p()
-        _lib.check(create(self.module._h, ctypes.byref(cfg), ctypes.byref(h)), type(self).__name__)
+        _lib.check(_L.mha_optimizer_create(self.module._ps, ctypes.byref(cfg), ctypes.byref(h)),
+                   type(self).__name__)
         self._h = h
         self.param_groups = [_ParamGroup(self, values)]
 
@@ -95,11 +96,12 @@ class AdamW(Optimizer):
     weight_decay=1e-2, amsgrad=False)"""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False):
-        c = _lib.AdamWConfig()
-        _L.mha_adamw_config_init(ctypes.byref(c))
+        oc = _lib.OptimizerConfig()
+        _L.mha_optimizer_config_init(ctypes.byref(oc), 0)  # MHA_OPTIM_ADAMW
+        c = oc.adamw
         c.lr, c.beta1, c.beta2, c.eps = float(lr), float(betas[0]), float(betas[1]), float(eps)
         c.weight_decay, c.amsgrad = float(weight_decay), 1 if amsgrad else 0
-        self._create(params, _L.mha_optimizer_create_adamw, c,
+        self._create(params, oc,
                      dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=bool(amsgrad)))
 
 
@@ -108,10 +110,11 @@ class SGD(Optimizer):
     nesterov=False)"""
 
     def __init__(self, params, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False):
-        c = _lib.SGDConfig()
-        _L.mha_sgd_config_init(ctypes.byref(c))
+        oc = _lib.OptimizerConfig()
+        _L.mha_optimizer_config_init(ctypes.byref(oc), 1)  # MHA_OPTIM_SGD
+        c = oc.sgd
         c.lr, c.momentum, c.dampening = float(lr), float(momentum), float(dampening)
         c.weight_decay, c.nesterov = float(weight_decay), 1 if nesterov else 0
-        self._create(params, _L.mha_optimizer_create_sgd, c,
+        self._create(params, oc,
                      dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                           nesterov=bool(nesterov)))

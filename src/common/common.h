@@ -43,6 +43,9 @@ void *mha__alloc_n(size_t n, size_t size);
 void *mha__calloc_n(size_t n, size_t size);
 char *mha__strdup(const char *s);
 void mha__free(void *p);
+/* A scratch buffer *buf of *cap bytes grown (its contents dropped) to at
+ * least need bytes; on failure (ERR_NOMEM naming what) it is unchanged. */
+mha_status mha__grow(void **buf, size_t *cap, size_t need, const char *what);
 
 /* MHA_ERR_NOMEM with a detail "<fmt...> (could not allocate N bytes)",
  * N being the size of this thread's last failed allocation. */
@@ -69,7 +72,8 @@ const mha__cpu_features *mha__cpu(void);
  * LC_NUMERIC the program has set. */
 void mha__format_double(char *buf, size_t cap, double x);
 /* A finite double in plain decimal notation ("0.1", "-2", "1e-08"; no
- * spaces, hex, inf or nan), read in the C locale. false otherwise. */
+ * '+' first, no spaces, hex, inf or nan), read in the C locale. false
+ * otherwise. */
 bool mha__parse_double(const char *s, double *out);
 
 /* Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above
@@ -82,10 +86,19 @@ size_t mha__utf8_check(const unsigned char *s, size_t len);
  * Called by every compute entry point before its first parallel region. */
 mha_status mha__threads_ready(void);
 
-/* Whether s[0, len) is one JSON value (RFC 8259, with cJSON's nesting and
- * number-length limits) between white space: after cJSON fails on text that
- * passes, the failure was one of cJSON's allocations (json_check.c). */
-bool mha__json_wellformed(const unsigned char *s, size_t len);
+/* The one validation of every JSON text mha parses, before cJSON does
+ * (json_check.c): s[0, len) must be one JSON value between white space,
+ * RFC 8259 exactly (no raw control characters in strings, no lone
+ * surrogates), within cJSON's limits (nesting below 1000, numbers of at
+ * most 63 characters), with no "\u0000", and as the caller's rules ask.
+ * ERR_FORMAT naming `what` and the byte otherwise. Text that passes is text
+ * cJSON parses to the same data: a cJSON failure after it is ERR_NOMEM. */
+typedef struct {
+    const char *what;   /* names the text in the detail: "header", "encoder.json" */
+    bool object;        /* the value must be an object */
+    bool integers_only; /* numbers only as -?(0|[1-9][0-9]*) */
+} mha__json_rules;
+mha_status mha__json_check(const unsigned char *s, size_t len, const mha__json_rules *r);
 
 /* Round up to a multiple of 64 (bytes), for carving workspaces. */
 static inline size_t mha__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }

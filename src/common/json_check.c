@@ -1,14 +1,16 @@
-/* json_check.c — is a text well-formed JSON? Allocates nothing.
+/* json_check.c — the one validation every JSON text passes before cJSON
+ * parses it (safetensors headers, encoder.json). Allocates nothing.
  *
- * cJSON returns NULL both for text it rejects and when one of its own
- * allocations fails, and its allocator is the process's (cJSON_InitHooks is
- * the user's business, not the library's). After a failed parse this check
- * tells the two apart: text that passes it is text cJSON 1.7 parses (it is
- * stricter than cJSON: RFC 8259 exactly, plus cJSON's own limits), so the
- * failure was a lack of memory. A false "malformed" is possible only for
- * text outside RFC 8259 that cJSON happens to accept, never a false "out of
- * memory" for text cJSON rejects. */
+ * cJSON is lenient where JSON is not: it takes any byte <= 0x20 for white
+ * space, raw control characters inside strings, numbers such as "01" or
+ * "1." (and cuts numbers over 63 characters short), and decodes "\u0000"
+ * into a string that C then cuts short (two keys could collapse into one).
+ * This check is RFC 8259 exactly, plus cJSON's own limits and the rules a
+ * caller asks for, so that text that passes is text cJSON parses to the
+ * same data: when cJSON then fails, one of its allocations did. */
 #include "common.h"
+
+#include <stdio.h>
 
 enum {
     MAX_DEPTH = 999, /* cJSON refuses nesting at its CJSON_NESTING_LIMIT (1000) */
@@ -18,7 +20,19 @@ enum {
 typedef struct {
     const unsigned char *s;
     size_t len, i;
+    bool integers_only;
+    char why[64]; /* the first failure, "" for a plain syntax error */
+    size_t at;
 } json_cursor;
+
+/* Records the first failure (at byte at) and returns false. */
+static bool fail(json_cursor *c, size_t at, const char *why) {
+    if (c->at == SIZE_MAX) {
+        c->at = at;
+        snprintf(c->why, sizeof c->why, "%s", why);
+    }
+    return false;
+}
 
 static void skip_ws(json_cursor *c) {
     while (c->i < c->len && (c->s[c->i] == ' ' || c->s[c->i] == '\t' || c->s[c->i] == '\n' ||
@@ -46,24 +60,32 @@ static bool hex4(json_cursor *c, unsigned *out) {
 static bool string(json_cursor *c) {
     c->i++; /* the opening quote */
     while (c->i < c->len) {
+        const size_t at = c->i;
         unsigned char ch = c->s[c->i++];
         if (ch == '"') return true;
-        if (ch < 0x20) return false;
+        if (ch < 0x20) {
+            char why[64];
+            snprintf(why, sizeof why, "raw control character 0x%02x in a string", ch);
+            return fail(c, at, why);
+        }
         if (ch != '\\') continue;
         if (c->i >= c->len) return false;
         ch = c->s[c->i++];
         if (ch != 'u') {
             if (!(ch == '"' || ch == '\\' || ch == '/' || ch == 'b' || ch == 'f' || ch == 'n' ||
                   ch == 'r' || ch == 't'))
-                return false;
+                return fail(c, at, "a bad escape");
             continue;
         }
         unsigned u;
-        if (!hex4(c, &u) || (u >= 0xDC00 && u <= 0xDFFF)) return false;
+        if (!hex4(c, &u)) return fail(c, at, "a bad \\u escape");
+        if (u == 0) return fail(c, at, "\\u0000 in a string");
+        if (u >= 0xDC00 && u <= 0xDFFF) return fail(c, at, "a lone surrogate escape");
         if (u >= 0xD800 && u <= 0xDBFF) { /* a high surrogate needs its low half */
-            if (c->len - c->i < 2 || c->s[c->i] != '\\' || c->s[c->i + 1] != 'u') return false;
+            if (c->len - c->i < 2 || c->s[c->i] != '\\' || c->s[c->i + 1] != 'u')
+                return fail(c, at, "a lone surrogate escape");
             c->i += 2;
-            if (!hex4(c, &u) || u < 0xDC00 || u > 0xDFFF) return false;
+            if (!hex4(c, &u) || u < 0xDC00 || u > 0xDFFF) return fail(c, at, "a lone surrogate escape");
         }
     }
     return false;
@@ -76,10 +98,11 @@ static bool digits(json_cursor *c) {
 }
 
 static bool number(json_cursor *c) {
-    size_t start = c->i;
+    const size_t start = c->i;
     if (c->s[c->i] == '-') c->i++;
     if (c->i < c->len && c->s[c->i] == '0') c->i++;
     else if (!digits(c)) return false;
+    const size_t whole = c->i;
     if (c->i < c->len && c->s[c->i] == '.') {
         c->i++;
         if (!digits(c)) return false;
@@ -89,7 +112,8 @@ static bool number(json_cursor *c) {
         if (c->i < c->len && (c->s[c->i] == '+' || c->s[c->i] == '-')) c->i++;
         if (!digits(c)) return false;
     }
-    return c->i - start <= MAX_NUMBER;
+    if (c->integers_only && c->i != whole) return fail(c, start, "a number that is not an integer");
+    return c->i - start <= MAX_NUMBER || fail(c, start, "a number longer than 63 characters");
 }
 
 static bool literal(json_cursor *c, const char *word, size_t n) {
@@ -110,7 +134,7 @@ static bool value(json_cursor *c, int depth) {
     if (ch == 'f') return literal(c, "false", 5);
     if (ch == 'n') return literal(c, "null", 4);
     if (ch != '[' && ch != '{') return false;
-    if (depth >= MAX_DEPTH) return false;
+    if (depth >= MAX_DEPTH) return fail(c, c->i, "nesting deeper than 999");
     const bool object = ch == '{';
     const unsigned char close = object ? '}' : ']';
     c->i++;
@@ -139,9 +163,19 @@ static bool value(json_cursor *c, int depth) {
     }
 }
 
-bool mha__json_wellformed(const unsigned char *s, size_t len) {
-    json_cursor c = {s, len, 0};
-    if (!value(&c, 0)) return false;
+mha_status mha__json_check(const unsigned char *s, size_t len, const mha__json_rules *r) {
+    json_cursor c = {.s = s, .len = len, .integers_only = r->integers_only, .at = SIZE_MAX};
     skip_ws(&c);
-    return c.i == len;
+    const size_t start = c.i;
+    if (!value(&c, 0)) {
+        const size_t at = c.at == SIZE_MAX ? (c.i < len ? c.i : len) : c.at;
+        return mha__fail(MHA_ERR_FORMAT, "%s: not valid JSON (%s at byte %zu)", r->what,
+                         c.why[0] && c.at != SIZE_MAX ? c.why : "a syntax error", at);
+    }
+    if (r->object && s[start] != '{') return mha__fail(MHA_ERR_FORMAT, "%s: not a JSON object", r->what);
+    skip_ws(&c);
+    if (c.i != len)
+        return mha__fail(MHA_ERR_FORMAT, "%s: unexpected text after the JSON %s at byte %zu", r->what,
+                         r->object ? "object" : "value", c.i);
+    return MHA_OK;
 }

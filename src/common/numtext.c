@@ -38,8 +38,8 @@ void mha__format_double(char *buf, size_t cap, double x) {
 }
 
 bool mha__parse_double(const char *s, double *out) {
-    /* plain decimal notation only: no spaces, hex, inf or nan */
-    bool ok = s && s[0] != '\0';
+    /* plain decimal notation only: no '+' first, no spaces, hex, inf or nan */
+    bool ok = s && s[0] != '\0' && s[0] != '+';
     for (const char *p = s; ok && *p; p++)
         ok = (*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' ||
              *p == '-';

@@ -121,6 +121,16 @@ char *mha__strdup(const char *s) {
 
 void mha__free(void *p) { free(p); }
 
+mha_status mha__grow(void **buf, size_t *cap, size_t need, const char *what) {
+    if (*cap >= need) return MHA_OK;
+    void *p = mha__alloc(need);
+    if (!p) return mha__nomem("out of memory growing %s to %zu bytes", what, need);
+    mha__free(*buf);
+    *buf = p;
+    *cap = need;
+    return MHA_OK;
+}
+
 size_t mha__alloc_failed_bytes(void) { return failed_bytes; }
 
 mha_status mha__nomem(const char *fmt, ...) {

@@ -116,35 +116,16 @@ mha_status mha_gpt_config_validate(const mha_gpt_config *c) {
 
 /* ---- parameters --------------------------------------------------------- */
 
-typedef struct {
-    mha_gpt *m;
-    char *at;
-    size_t left;
-} names_b;
-
-static void add(names_b *nb, const char *pre, const char *name, float *data, int ndim, int64_t s0, int64_t s1) {
-    mha_param *p = &nb->m->params[nb->m->n_params++];
-    const int len = snprintf(nb->at, nb->left, "%s%s", pre, name);
-    p->name = nb->at;
-    nb->at += len + 1;
-    nb->left -= (size_t)len + 1;
-    p->ndim = ndim;
-    p->shape[0] = s0;
-    p->shape[1] = ndim == 2 ? s1 : 0;
-    p->numel = (size_t)s0 * (size_t)(ndim == 2 ? s1 : 1);
-    p->data = data;
-}
-
 /* Carves the arena in state_dict order and names the parameters. */
 static void build(mha_gpt *m) {
     const int64_t E = m->E, V = m->V, C = m->C;
-    float *at = m->arena;
-    names_b nb = {m, m->names, (size_t)(m->L * 20 + 8) * 64u};
+    mha_params *ps = &m->params;
+    float *at = ps->arena;
     if (is_model(&m->cfg)) {
         m->tok_emb = at, at += V * E;
         m->pos_emb = at, at += C * E;
-        add(&nb, "", "tok_emb.weight", m->tok_emb, 2, V, E);
-        add(&nb, "", "pos_emb.weight", m->pos_emb, 2, C, E);
+        mha__params_add(ps, "", "tok_emb.weight", m->tok_emb, 2, V, E);
+        mha__params_add(ps, "", "pos_emb.weight", m->pos_emb, 2, C, E);
     }
     static const char *const role[3] = {"W_query", "W_key", "W_value"};
     for (int64_t l = 0; l < m->L; l++) {
@@ -155,44 +136,45 @@ static void build(mha_gpt *m) {
         if (m->cfg.qkv_bias) b->b_qkv = at, at += 3 * E;
         for (int r = 0; r < 3; r++) {
             snprintf(name, sizeof name, "att.%s.weight", role[r]);
-            add(&nb, pre, name, b->w_qkv + r * E * E, 2, E, E);
+            mha__params_add(ps, pre, name, b->w_qkv + r * E * E, 2, E, E);
             if (b->b_qkv) {
                 snprintf(name, sizeof name, "att.%s.bias", role[r]);
-                add(&nb, pre, name, b->b_qkv + r * E, 1, E, 0);
+                mha__params_add(ps, pre, name, b->b_qkv + r * E, 1, E, 0);
             }
         }
         b->w_out = at, at += E * E;
         b->b_out = at, at += E;
-        add(&nb, pre, "att.out_proj.weight", b->w_out, 2, E, E);
-        add(&nb, pre, "att.out_proj.bias", b->b_out, 1, E, 0);
+        mha__params_add(ps, pre, "att.out_proj.weight", b->w_out, 2, E, E);
+        mha__params_add(ps, pre, "att.out_proj.bias", b->b_out, 1, E, 0);
         b->w1 = at, at += 4 * E * E;
         b->b1 = at, at += 4 * E;
         b->w2 = at, at += 4 * E * E;
         b->b2 = at, at += E;
-        add(&nb, pre, "ff.layers.0.weight", b->w1, 2, 4 * E, E);
-        add(&nb, pre, "ff.layers.0.bias", b->b1, 1, 4 * E, 0);
-        add(&nb, pre, "ff.layers.2.weight", b->w2, 2, E, 4 * E);
-        add(&nb, pre, "ff.layers.2.bias", b->b2, 1, E, 0);
+        mha__params_add(ps, pre, "ff.layers.0.weight", b->w1, 2, 4 * E, E);
+        mha__params_add(ps, pre, "ff.layers.0.bias", b->b1, 1, 4 * E, 0);
+        mha__params_add(ps, pre, "ff.layers.2.weight", b->w2, 2, E, 4 * E);
+        mha__params_add(ps, pre, "ff.layers.2.bias", b->b2, 1, E, 0);
         b->ln1_s = at, at += E;
         b->ln1_b = at, at += E;
         b->ln2_s = at, at += E;
         b->ln2_b = at, at += E;
-        add(&nb, pre, "norm1.scale", b->ln1_s, 1, E, 0);
-        add(&nb, pre, "norm1.shift", b->ln1_b, 1, E, 0);
-        add(&nb, pre, "norm2.scale", b->ln2_s, 1, E, 0);
-        add(&nb, pre, "norm2.shift", b->ln2_b, 1, E, 0);
+        mha__params_add(ps, pre, "norm1.scale", b->ln1_s, 1, E, 0);
+        mha__params_add(ps, pre, "norm1.shift", b->ln1_b, 1, E, 0);
+        mha__params_add(ps, pre, "norm2.scale", b->ln2_s, 1, E, 0);
+        mha__params_add(ps, pre, "norm2.shift", b->ln2_b, 1, E, 0);
     }
     if (is_model(&m->cfg)) {
         m->lnf_s = at, at += E;
         m->lnf_b = at, at += E;
-        add(&nb, "", "final_norm.scale", m->lnf_s, 1, E, 0);
-        add(&nb, "", "final_norm.shift", m->lnf_b, 1, E, 0);
+        mha__params_add(ps, "", "final_norm.scale", m->lnf_s, 1, E, 0);
+        mha__params_add(ps, "", "final_norm.shift", m->lnf_b, 1, E, 0);
         if (m->tied) {
-            m->head = m->tok_emb;
+            m->head = m->tok_emb; /* listed, saved, but stepped and counted once */
+            mha__params_add_alias(ps, "out_head.weight", 0);
         } else {
             m->head = at, at += V * E;
+            mha__params_add(ps, "", "out_head.weight", m->head, 2, V, E);
         }
-        add(&nb, "", "out_head.weight", m->head, 2, V, E);
     }
 }
 
@@ -219,17 +201,13 @@ mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) 
     m->V = m->cfg.vocab_size;
     m->C = c->context_length;
     m->tied = is_model(c) && tie_head;
-    m->arena_floats = gpt_floats(&m->cfg, m->tied);
-    const size_t max_params = (size_t)(m->L * 20 + 8);
-    m->arena = mha__calloc(m->arena_floats * sizeof(float));
-    m->blocks = mha__calloc((size_t)m->L * sizeof *m->blocks);
-    m->params = mha__calloc(max_params * sizeof(mha_param));
-    m->names = mha__calloc(max_params * 64u);
-    if (!m->arena || !m->blocks || !m->params || !m->names) {
-        const size_t n = m->arena_floats;
+    m->blocks = mha__calloc_n((size_t)m->L, sizeof *m->blocks);
+    st = m->blocks ? mha__params_init(&m->params, gpt_kind_names[c->kind], gpt_floats(&m->cfg, m->tied),
+                                      (size_t)(m->L * 20 + 8))
+                   : mha__nomem("out of memory creating a model of %lld blocks", (long long)m->L);
+    if (st != MHA_OK) {
         mha_gpt_free(m);
-        return mha__nomem("out of memory allocating %zu parameters (%zu MiB)", n,
-                         n * sizeof(float) >> 20);
+        return st;
     }
     build(m);
     ones_for_norms(m);
@@ -281,11 +259,8 @@ mha_status mha_gpt_create_seeded(const mha_gpt_config *c, uint64_t seed, mha_gpt
 
 void mha_gpt_free(mha_gpt *m) {
     if (!m) return;
-    mha__free(m->arena);
-    mha__free(m->grad);
+    mha__params_free(&m->params);
     mha__free(m->blocks);
-    mha__free(m->params);
-    mha__free(m->names);
     mha__free(m->ws);
     mha__free(m->kv);
     mha__free(m->kq);
@@ -294,27 +269,7 @@ void mha_gpt_free(mha_gpt *m) {
 
 const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m) { return m ? &m->cfg : NULL; }
 int mha_gpt_head_tied(const mha_gpt *m) { return m && m->tied; }
-size_t mha_gpt_num_params(const mha_gpt *m) { return m ? m->n_params : 0; }
-
-mha_status mha_gpt_param(const mha_gpt *m, size_t i, mha_param *out) {
-    if (!m || !out) return mha__fail(MHA_ERR_ARGUMENT, "model or output is NULL");
-    if (i >= m->n_params)
-        return mha__fail(MHA_ERR_ARGUMENT, "parameter index %zu out of range (%zu parameters)", i, m->n_params);
-    *out = m->params[i];
-    return MHA_OK;
-}
-
-mha_status mha_gpt_find_param(const mha_gpt *m, const char *name, mha_param *out) {
-    if (!m || !name || !out) return mha__fail(MHA_ERR_ARGUMENT, "model, name or output is NULL");
-    for (size_t i = 0; i < m->n_params; i++)
-        if (strcmp(m->params[i].name, name) == 0) {
-            *out = m->params[i];
-            return MHA_OK;
-        }
-    return mha__fail(MHA_ERR_MISSING, "%s has no parameter '%.100s'", gpt_kind_names[m->cfg.kind], name);
-}
-
-int64_t mha_gpt_param_scalars(const mha_gpt *m) { return m ? (int64_t)m->arena_floats : 0; }
+mha_params *mha_gpt_params(mha_gpt *m) { return m ? &m->params : NULL; }
 
 /* ---- forward ------------------------------------------------------------ */
 
@@ -564,7 +519,7 @@ static mha_status tape_reserve(mha_gpt_tape *t, const mha_gpt *m, int64_t B, int
     c = (carver){t->buf, 0, true};
     layout(t, m, &c, B, T, model, drop);
     t->m = m;
-    t->cfg = m->cfg;
+    t->id = m->params.id;
     t->model = model;
     t->B = B;
     t->T = T;

@@ -7,6 +7,7 @@
 #include "mha.h"
 
 #include "attention/attention.h"
+#include "params/params.h"
 
 #include <stdbool.h>
 
@@ -25,18 +26,12 @@ typedef struct {
 struct mha_gpt {
     mha_gpt_config cfg;
     int64_t E, H, HD, L, V, C;
-    float *arena;
-    size_t arena_floats;
+    mha_params params;          /* every parameter; the views below point into its arena */
     float *tok_emb, *pos_emb;   /* (V, E), (C, E); GPTModel only */
     mha__gpt_block *blocks;     /* L */
     float *lnf_s, *lnf_b;       /* final_norm */
     float *head;                /* out_head.weight (V, E), or tok_emb when tied */
     bool tied;
-    mha_param *params;
-    size_t n_params;
-    char *names;
-    float *grad;                /* gradients, laid out as arena (NULL until first needed;
-                                   gpt_backward.c) */
     /* run-time state */
     void *ws;                   /* activations, grown on demand */
     size_t ws_size;
@@ -66,7 +61,7 @@ typedef struct {
 
 struct mha_gpt_tape {
     const mha_gpt *m;   /* the model that recorded it; NULL: empty */
-    mha_gpt_config cfg; /* its configuration then (a guard against reuse) */
+    uint64_t id;        /* its parameter set's (the guard against reuse) */
     bool model;         /* recorded by mha_gpt_forward_tape (else blocks only) */
     int64_t B, T;
     bool drop;          /* training mode with drop_rate > 0 */

@@ -31,42 +31,8 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- gradients ------------------------------------------------------------ */
-
-static float *grad_arena(mha_gpt *m) {
-    if (!m->grad) {
-        m->grad = mha__calloc(m->arena_floats * sizeof(float));
-        if (!m->grad)
-            mha__nomem("out of memory allocating gradients (%zu floats)", m->arena_floats);
-    }
-    return m->grad;
-}
-
 /* The gradient of parameter data p (a pointer into the arena). */
-static float *G(mha_gpt *m, const float *p) { return p ? m->grad + (p - m->arena) : NULL; }
-
-mha_status mha_gpt_grad(mha_gpt *m, size_t i, mha_param *out) {
-    mha_status st = mha_gpt_param(m, i, out);
-    if (st != MHA_OK) return st;
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    out->data = G(m, out->data);
-    return MHA_OK;
-}
-
-mha_status mha_gpt_find_grad(mha_gpt *m, const char *name, mha_param *out) {
-    mha_status st = mha_gpt_find_param(m, name, out);
-    if (st != MHA_OK) return st;
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    out->data = G(m, out->data);
-    return MHA_OK;
-}
-
-mha_status mha_gpt_zero_grad(mha_gpt *m) {
-    if (!m) return mha__fail(MHA_ERR_ARGUMENT, "model is NULL");
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
-    memset(m->grad, 0, m->arena_floats * sizeof(float));
-    return MHA_OK;
-}
+static float *G(mha_gpt *m, const float *p) { return mha__grad_of(&m->params, p); }
 
 /* ---- backward ----------------------------------------------------------------- */
 
@@ -174,19 +140,9 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
     return MHA_OK;
 }
 
-/* Field by field: the struct has padding, which memcmp would read (and
- * valgrind flags: a config copied from the caller's leaves it undefined). */
-static bool same_config(const mha_gpt_config *a, const mha_gpt_config *b) {
-    return a->kind == b->kind && a->vocab_size == b->vocab_size &&
-           a->context_length == b->context_length && a->emb_dim == b->emb_dim &&
-           a->n_heads == b->n_heads && a->n_layers == b->n_layers &&
-           a->drop_rate == b->drop_rate && a->qkv_bias == b->qkv_bias;
-}
-
 static mha_status check_tape(const mha_gpt *m, const mha_gpt_tape *t, bool model) {
-    if (!t->m) return mha__fail(MHA_ERR_ARGUMENT, "the tape holds no forward (record one first)");
-    if (t->m != m || !same_config(&t->cfg, &m->cfg))
-        return mha__fail(MHA_ERR_ARGUMENT, "the tape was recorded by another model");
+    mha_status st = mha__params_check_tape(&m->params, t->m ? t->id : 0);
+    if (st != MHA_OK) return st;
     if (model && !t->model)
         return mha__fail(MHA_ERR_ARGUMENT, "the tape holds a blocks-only forward (mha_gpt_blocks_forward_tape)");
     if (!model && t->model)
@@ -203,7 +159,7 @@ static mha_status check_tape(const mha_gpt *m, const mha_gpt_tape *t, bool model
 }
 
 mha_status mha__gpt_model_backward(mha_gpt *m, mha_gpt_tape *t, const float *dlogits) {
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
+    if (!mha__params_grad(&m->params)) return MHA_ERR_NOMEM;
     const int64_t E = m->E, V = m->V, R = t->B * t->T, T = t->T;
     float *dx = t->t3;
     /* head and final_norm */
@@ -247,7 +203,7 @@ mha_status mha_gpt_blocks_backward(mha_gpt *m, mha_gpt_tape *tape, float *dx, co
     const int64_t n = tape->B * tape->T * m->E;
     if (st == MHA_OK) st = mha__gpt_check_finite(dy, n, "dy");
     if (st != MHA_OK) return st;
-    if (!grad_arena(m)) return MHA_ERR_NOMEM;
+    if (!mha__params_grad(&m->params)) return MHA_ERR_NOMEM;
     float *g = tape->t3;
     memcpy(g, dy, (size_t)n * sizeof(float));
     st = blocks_backward(m, tape, g);

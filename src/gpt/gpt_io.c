@@ -13,22 +13,12 @@
 
 /* ---- save --------------------------------------------------------------- */
 
+/* The parameters as one view: the file's tensors are the parameters'. */
+static const char *const no_prefix[1] = {""};
+
 mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     if (!m || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_save: NULL argument");
     const mha_gpt_config *c = &m->cfg;
-    mha_st_entry *e = mha__calloc(m->n_params * sizeof *e);
-    int64_t(*shapes)[2] = mha__calloc(m->n_params * sizeof *shapes);
-    if (!e || !shapes) {
-        mha__free(e);
-        mha__free(shapes);
-        return mha__nomem("out of memory");
-    }
-    for (size_t i = 0; i < m->n_params; i++) {
-        const mha_param *p = &m->params[i];
-        shapes[i][0] = p->shape[0];
-        shapes[i][1] = p->shape[1];
-        e[i] = (mha_st_entry){p->name, MHA_DTYPE_F32, p->ndim, shapes[i], p->data};
-    }
     char v[7][32];
     snprintf(v[0], 32, "%lld", (long long)c->vocab_size);
     snprintf(v[1], 32, "%lld", (long long)c->context_length);
@@ -40,10 +30,9 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     const char *meta[] = {"module", mha_gpt_kind_name(c->kind), "vocab_size", v[0], "context_length", v[1],
                           "emb_dim", v[2], "n_heads", v[3], "n_layers", v[4], "drop_rate", v[5],
                           "qkv_bias", v[6]};
-    const mha_status st = mha_st_write_file(path, e, m->n_params, meta, sizeof meta / sizeof meta[0] / 2);
-    mha__free(e);
-    mha__free(shapes);
-    return st;
+    float *const base[1] = {m->params.arena};
+    const mha__param_views views = {1, no_prefix, base, true};
+    return mha__params_save(&m->params, &views, NULL, 0, meta, sizeof meta / sizeof meta[0] / 2, path);
 }
 
 /* ---- load: shared ------------------------------------------------------- */
@@ -88,24 +77,27 @@ static mha_status need(const mha_st *st, const char *name, mha_st_tensor *t) {
 
 /* ---- load: the book's names ---------------------------------------------- */
 
-static mha_status meta_int(const mha_st *st, const char *key, int64_t *out) {
-    const char *s = mha_st_metadata(st, key);
-    if (!s) return mha__fail(MHA_ERR_CONFIG, "metadata '%s' is missing", key);
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 1 || s[0] == '+' || s[0] == ' ')
-        return mha__fail(MHA_ERR_CONFIG, "metadata '%s' must be a positive integer, got '%.40s'", key, s);
-    *out = v;
-    return MHA_OK;
+/* The book's cfg keys: integers > 0 (required: a TransformerBlock's
+ * without vocab_size and n_layers), drop_rate and qkv_bias (optional: 0,
+ * false), read by the metadata rule; a missing or bad one is ERR_CONFIG. */
+static mha_status config_from_meta(const mha_st *st, mha_gpt_config *c) {
+    static const char *const keys[5] = {"context_length", "emb_dim", "n_heads", "vocab_size", "n_layers"};
+    int64_t *const dst[5] = {&c->context_length, &c->emb_dim, &c->n_heads, &c->vocab_size, &c->n_layers};
+    mha_status s = MHA_OK;
+    for (int k = 0; s == MHA_OK && k < (c->kind == MHA_GPT_MODEL ? 5 : 3); k++)
+        s = mha_st_metadata_int(st, keys[k], 1, INT64_MAX, dst[k]);
+    c->drop_rate = 0.0;
+    c->qkv_bias = 0;
+    if (s == MHA_OK && mha_st_metadata(st, "drop_rate"))
+        s = mha_st_metadata_double(st, "drop_rate", &c->drop_rate);
+    if (s == MHA_OK && mha_st_metadata(st, "qkv_bias")) s = mha_st_metadata_bool(st, "qkv_bias", &c->qkv_bias);
+    return s == MHA_ERR_FORMAT || s == MHA_ERR_MISSING ? MHA_ERR_CONFIG : s;
 }
 
-/* The loader creates the model (allocating every parameter) before it can
- * read the tensors into it. A few bytes of metadata (or, for Hugging Face
- * files, many tiny h.N.ln_1.weight tensors) could ask for a huge model, so
- * a large one must first be plausible: the file has to hold at least as
- * many float bytes (at 2 bytes a value, F16) as the model's weight matrices
- * have values. Small models skip this, so their errors name the exact
- * tensor. (The same rule as the module loader's, src/io/module_io.c.) */
+/* A large model must first be plausible (mha__st_can_fill; for Hugging
+ * Face files many tiny h.N.ln_1.weight tensors could ask for a huge one):
+ * the file has to hold as many float values as its weight matrices. Small
+ * models skip this, so their errors name the exact tensor. */
 #define LOAD_SMALL_SCALARS ((uint64_t)1 << 20)
 
 static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
@@ -119,67 +111,32 @@ static mha_status precheck_size(const mha_st *st, const mha_gpt_config *c) {
         ok = !__builtin_add_overflow((uint64_t)c->vocab_size, (uint64_t)c->context_length, &emb) &&
              !__builtin_mul_overflow(emb, E, &emb) && !__builtin_add_overflow(total, emb, &total);
     if (ok && total <= LOAD_SMALL_SCALARS) return MHA_OK;
-    uint64_t have_bytes = 0;
-    for (size_t i = 0; i < mha_st_count(st); i++) {
-        mha_st_tensor t;
-        if (mha_st_get(st, i, &t) != MHA_OK) continue;
-        if (t.dtype == MHA_DTYPE_F32 || t.dtype == MHA_DTYPE_F16 || t.dtype == MHA_DTYPE_BF16 ||
-            t.dtype == MHA_DTYPE_F64)
-            have_bytes += t.nbytes; /* sums to at most the file size */
-    }
-    if (!ok || total > have_bytes / 2)
-        return mha__fail(MHA_ERR_MISSING,
-                         "%s(emb_dim=%lld, n_layers=%lld) needs %s%llu parameter values; the file holds %llu "
-                         "bytes of float tensors",
-                         mha_gpt_kind_name(c->kind), (long long)c->emb_dim, (long long)L, ok ? "" : "over ",
-                         ok ? (unsigned long long)total : (unsigned long long)UINT64_MAX,
-                         (unsigned long long)have_bytes);
-    return MHA_OK;
+    char what[96];
+    snprintf(what, sizeof what, "%s(emb_dim=%lld, n_layers=%lld)", mha_gpt_kind_name(c->kind),
+             (long long)c->emb_dim, (long long)L);
+    return mha__st_can_fill(st, ok, total, 0, what);
+}
+
+/* Besides the parameters, a book file holds only the att.mask buffers. */
+static mha_status att_mask(void *arg, const mha_st_tensor *t) {
+    const mha_gpt *m = arg;
+    const size_t n = strlen(t->name);
+    if ((n >= 9 && strcmp(t->name + n - 9, ".att.mask") == 0) || strcmp(t->name, "att.mask") == 0)
+        return MHA_OK;
+    return mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t->name, m->params.owner);
 }
 
 static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) {
     mha_gpt_config c;
     mha_gpt_config_init(&c, kind);
-    mha_status s;
-    if ((s = meta_int(st, "context_length", &c.context_length)) != MHA_OK) return s;
-    if ((s = meta_int(st, "emb_dim", &c.emb_dim)) != MHA_OK) return s;
-    if ((s = meta_int(st, "n_heads", &c.n_heads)) != MHA_OK) return s;
-    if (kind == MHA_GPT_MODEL) {
-        if ((s = meta_int(st, "vocab_size", &c.vocab_size)) != MHA_OK) return s;
-        if ((s = meta_int(st, "n_layers", &c.n_layers)) != MHA_OK) return s;
-    }
-    const char *v = mha_st_metadata(st, "drop_rate");
-    c.drop_rate = 0.0;
-    if (v && !mha__parse_double(v, &c.drop_rate))
-        return mha__fail(MHA_ERR_CONFIG, "metadata 'drop_rate' is not a number: '%.40s'", v);
-    v = mha_st_metadata(st, "qkv_bias");
-    c.qkv_bias = 0;
-    if (v) {
-        if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) c.qkv_bias = 1;
-        else if (strcmp(v, "false") && strcmp(v, "False") && strcmp(v, "0"))
-            return mha__fail(MHA_ERR_CONFIG, "metadata 'qkv_bias' must be true or false, got '%.40s'", v);
-    }
+    mha_status s = config_from_meta(st, &c);
+    if (s != MHA_OK) return s;
     if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
     if ((s = mha_gpt_create(&c, 0, &m)) != MHA_OK) return s;
-    /* every parameter, then nothing else but att.mask buffers */
-    for (size_t i = 0; i < m->n_params && s == MHA_OK; i++) {
-        mha_param *p = &m->params[i];
-        mha_st_tensor t;
-        if ((s = need(st, p->name, &t)) == MHA_OK)
-            s = take(st, &t, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0, false, NULL);
-    }
-    for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
-        mha_st_tensor t;
-        mha_st_get(st, i, &t);
-        mha_param p;
-        const size_t n = strlen(t.name);
-        const bool mask = n >= 9 && strcmp(t.name + n - 9, ".att.mask") == 0;
-        const bool mask0 = strcmp(t.name, "att.mask") == 0;
-        if (!(mask || mask0) && mha_gpt_find_param(m, t.name, &p) != MHA_OK)
-            s = mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t.name, mha_gpt_kind_name(kind));
-    }
-    if (s != MHA_OK) {
+    float *const base[1] = {m->params.arena};
+    const mha__param_views views = {1, no_prefix, base, true};
+    if ((s = mha__params_read(&m->params, &views, st, false, att_mask, m)) != MHA_OK) {
         mha_gpt_free(m);
         return s;
     }
@@ -214,21 +171,19 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
     }
     if (c.n_layers == 0) return mha__fail(MHA_ERR_MISSING, "missing tensor '%sh.0.ln_1.weight'", pre);
     /* the head count is not in the shapes: metadata, else GPT-2's head size 64 */
-    const char *v = mha_st_metadata(st, "n_heads");
-    if (!v) v = mha_st_metadata(st, "n_head");
-    if (v) {
-        char *end = NULL;
-        long long h = strtoll(v, &end, 10);
-        if (!*v || *end || h < 1) return mha__fail(MHA_ERR_CONFIG, "metadata n_heads must be a positive integer, got '%.40s'", v);
-        c.n_heads = h;
+    const char *key = mha_st_metadata(st, "n_heads") ? "n_heads"
+                      : mha_st_metadata(st, "n_head") ? "n_head"
+                                                       : NULL;
+    if (key) {
+        if ((s = mha_st_metadata_int(st, key, 1, INT64_MAX, &c.n_heads)) != MHA_OK) return MHA_ERR_CONFIG;
     } else if (c.emb_dim % 64 == 0) {
         c.n_heads = c.emb_dim / 64;
     } else {
         return mha__fail(MHA_ERR_CONFIG, "emb_dim %lld is not a multiple of GPT-2's head size 64: give n_heads in the metadata",
                          (long long)c.emb_dim);
     }
-    if ((v = mha_st_metadata(st, "drop_rate")) && !mha__parse_double(v, &c.drop_rate))
-        return mha__fail(MHA_ERR_CONFIG, "metadata 'drop_rate' is not a number: '%.40s'", v);
+    if (mha_st_metadata(st, "drop_rate") && mha_st_metadata_double(st, "drop_rate", &c.drop_rate) != MHA_OK)
+        return MHA_ERR_CONFIG;
     /* lm_head.weight: tied when absent or equal to wte */
     mha_st_tensor head;
     snprintf(name, sizeof name, "%slm_head.weight", pre);
@@ -323,20 +278,11 @@ mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out) {
     return from_book(st, kind, out);
 }
 
+static mha_status load_into(const mha_st *st, void *out) { return mha_gpt_from_st(st, out); }
+
 mha_status mha_gpt_load(const char *path, mha_gpt **out) {
     if (!path || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_load: NULL argument");
-    *out = NULL;
-    mha_st *st = NULL;
-    mha_status s = mha_st_open(path, &st); /* the weights read straight into place */
-    if (s != MHA_OK) return s;
-    s = mha_gpt_from_st(st, out);
-    mha_st_free(st);
-    if (s != MHA_OK) {
-        char d[400];
-        snprintf(d, sizeof d, "%s", mha_last_error());
-        return mha__fail(s, "%s: %s", path, d);
-    }
-    return MHA_OK;
+    return mha__st_load(path, load_into, out); /* the weights read straight into place */
 }
 
 /* ---- generation ---------------------------------------------------------- */

@@ -10,8 +10,8 @@
  *   1. the length prefix (file >= 8 bytes, 0 < N <= 100 MB, N <= size - 8);
  *   2. the header bytes: '{' first, '}' last once trailing spaces are
  *      stripped, valid UTF-8 (no overlongs, surrogates, > U+10FFFF, NUL),
- *      and a lexical pass that makes cJSON's lenient parser strict (no raw
- *      control characters, no "\u0000", numbers only as plain integers);
+ *      and strict JSON (mha__json_check: RFC 8259, no "\u0000", numbers
+ *      only as plain integers), which cJSON then parses;
  *   3. the JSON itself (cJSON), which must be one object with unique keys;
  *   4. each entry: exactly the three keys, a known dtype, at most
  *      MHA_ST_MAX_DIMS non-negative integer dims below 2^53 whose product
@@ -141,88 +141,6 @@ static size_t utf8_check(const unsigned char *s, size_t len) {
     return mha__utf8_check(s, n); /* the NUL's offset when the bytes before it are valid */
 }
 
-static bool is_hex(unsigned char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* cJSON is lenient where JSON is not: it takes any byte <= 0x20 for white
- * space, raw control characters inside strings, numbers such as "01" or
- * "1." (and truncates literals over 63 characters), and decodes "\u0000"
- * into a string that C then cuts short. This lexical pass, which tracks only
- * whether it is inside a string, rejects all of that. Since every number in
- * a valid header is a shape dim or an offset, numbers must also be plain
- * integers: an optional '-', then "0" or [1-9][0-9]*, with no fraction or
- * exponent. */
-static mha_status lex_check(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = s[i];
-        if (c == '"') {
-            i++;
-            for (;;) {
-                if (i >= len)
-                    return mha__fail(MHA_ERR_FORMAT, "header: unterminated string");
-                c = s[i];
-                if (c == '"') {
-                    i++;
-                    break;
-                }
-                if (c < 0x20)
-                    return mha__fail(MHA_ERR_FORMAT,
-                                     "header: raw control character 0x%02x in a "
-                                     "string at byte %zu", c, i);
-                if (c == '\\') {
-                    if (i + 1 >= len)
-                        return mha__fail(MHA_ERR_FORMAT, "header: unterminated string");
-                    unsigned char e = s[i + 1];
-                    if (e == 'u') {
-                        if (len - i < 6 || !is_hex(s[i + 2]) || !is_hex(s[i + 3]) ||
-                            !is_hex(s[i + 4]) || !is_hex(s[i + 5]))
-                            return mha__fail(MHA_ERR_FORMAT,
-                                             "header: bad \\u escape at byte %zu", i);
-                        if (memcmp(s + i + 2, "0000", 4) == 0)
-                            return mha__fail(MHA_ERR_FORMAT,
-                                             "header: \\u0000 in a string at byte %zu", i);
-                        i += 6;
-                        continue;
-                    }
-                    if (!strchr("\"\\/bfnrt", e) || e == 0)
-                        return mha__fail(MHA_ERR_FORMAT,
-                                         "header: bad escape at byte %zu", i);
-                    i += 2;
-                    continue;
-                }
-                i++;
-            }
-            continue;
-        }
-        if (c == '-' || (c >= '0' && c <= '9')) {
-            size_t start = i;
-            if (c == '-') i++;
-            size_t digits = i;
-            while (i < len && s[i] >= '0' && s[i] <= '9') i++;
-            size_t nd = i - digits;
-            if (nd == 0)
-                return mha__fail(MHA_ERR_FORMAT, "header: bad number at byte %zu", start);
-            if (nd > 1 && s[digits] == '0')
-                return mha__fail(MHA_ERR_FORMAT,
-                                 "header: number with a leading zero at byte %zu", start);
-            if (i < len && (s[i] == '.' || s[i] == 'e' || s[i] == 'E'))
-                return mha__fail(MHA_ERR_FORMAT,
-                                 "header: number at byte %zu is not an integer", start);
-            if (nd > 20)
-                return mha__fail(MHA_ERR_FORMAT,
-                                 "header: number at byte %zu is too long", start);
-            continue;
-        }
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
-            return mha__fail(MHA_ERR_FORMAT,
-                             "header: control character 0x%02x at byte %zu", c, i);
-        i++;
-    }
-    return MHA_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Header semantics                                                           */
 /* ------------------------------------------------------------------------ */
@@ -242,7 +160,7 @@ static mha_status get_uint(const cJSON *v, const char *name, const char *what,
         return mha__fail(MHA_ERR_FORMAT,
                          "tensor '%s': %s[%zu] is not exactly representable "
                          "(must be below 2^53)", name, what, index);
-    if (d != floor(d)) /* unreachable after lex_check; kept for safety */
+    if (d != floor(d)) /* unreachable after mha__json_check; kept for safety */
         return mha__fail(MHA_ERR_FORMAT, "tensor '%s': %s[%zu] is not an integer",
                          name, what, index);
     *out = (uint64_t)d;
@@ -518,7 +436,8 @@ static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int f
                       "header does not end with '}' (only spaces may pad it)");
         goto done;
     }
-    s = lex_check(h, jlen);
+    /* every number in a valid header is a shape dim or an offset */
+    s = mha__json_check(h, jlen, &(mha__json_rules){.what = "header", .object = true, .integers_only = true});
     if (s != MHA_OK) goto done;
     json = mha__alloc(jlen + 1);
     if (!json) {
@@ -527,15 +446,10 @@ static mha_status parse_owned(unsigned char *buf, size_t len, size_t have, int f
     }
     memcpy(json, h, jlen);
     json[jlen] = '\0';
-    const char *end = NULL;
-    root = cJSON_ParseWithOpts(json, &end, 1);
-    if (!root) {
-        size_t at = (end && end >= json && end <= json + jlen) ? (size_t)(end - json) : 0;
-        s = mha__json_wellformed(h, jlen)
-                ? mha__fail(MHA_ERR_NOMEM,
-                            "out of memory parsing the %zu-byte header (an allocation by cJSON "
-                            "failed)", jlen)
-                : mha__fail(MHA_ERR_FORMAT, "header is not valid JSON (near byte %zu)", at);
+    root = cJSON_ParseWithOpts(json, NULL, 1);
+    if (!root) { /* the text is valid (mha__json_check): one of cJSON's allocations failed */
+        s = mha__fail(MHA_ERR_NOMEM,
+                      "out of memory parsing the %zu-byte header (an allocation by cJSON failed)", jlen);
         goto done;
     }
     s = parse_json(st, root, len - st->data_start);

@@ -27,8 +27,7 @@
 #endif
 
 struct mha_tape {
-    const mha_module *m; /* the module that recorded it; NULL: empty */
-    mha_config cfg;      /* its configuration then (a guard against reuse) */
+    uint64_t id;         /* the parameter set it was recorded for; 0: empty */
     int64_t B, T;
     mha_forward_opts opts; /* training, rng, Philox seed and offset */
     float *qkv;          /* (B*T, P) */
@@ -71,13 +70,8 @@ static mha_status tape_reserve(mha_tape *t, const mha_module *m, const mha__atte
     const size_t o_bits = o_lse + mha__align64(lse);
     if (o_lse < o_ctx || o_bits < o_lse || !mha__add_size(o_bits, bits, &total))
         return mha__fail(MHA_ERR_OVERFLOW, "tape size overflows");
-    if (t->cap < total) {
-        void *buf = mha__alloc(total);
-        if (!buf) return mha__nomem("out of memory growing the tape to %zu bytes", total);
-        mha__free(t->buf);
-        t->buf = buf;
-        t->cap = total;
-    }
+    mha_status st = mha__grow(&t->buf, &t->cap, total, "the tape");
+    if (st != MHA_OK) return st;
     char *b = t->buf;
     t->qkv = (float *)(void *)b;
     t->ctx = (float *)(void *)(b + o_ctx);
@@ -93,7 +87,7 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
     if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
-    tape->m = NULL;
+    tape->id = 0;
     mha_status st = mha__module_check_forward(m, y, x, B, T, opts);
     if (st != MHA_OK) return st;
     mha__attention_desc d;
@@ -118,8 +112,7 @@ mha_status mha_module_forward_tape(mha_module *m, float *y, const float *x, int6
     } else
         memcpy(y, tape->ctx, (size_t)rows * (size_t)m->W * sizeof(float));
 
-    tape->m = m;
-    tape->cfg = m->cfg;
+    tape->id = m->params.id;
     tape->B = B;
     tape->T = T;
     if (opts) tape->opts = *opts;
@@ -245,7 +238,7 @@ static mha_status attention_slice(const mha__attention_desc *d, int64_t b0, int6
  * had been written to: both are unspecified now, so the tape is consumed
  * (mha.h: zero the gradients and record the forward again). */
 static mha_status backward_failed(mha_tape *tape, mha_status st) {
-    tape->m = NULL;
+    tape->id = 0;
     return st;
 }
 
@@ -254,10 +247,8 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
     if (!m || !tape || !x || !dy) return mha__fail(MHA_ERR_ARGUMENT, "module, tape, x or dy is NULL");
-    if (tape->m != m || memcmp(&tape->cfg, &m->cfg, sizeof m->cfg) != 0)
-        return mha__fail(MHA_ERR_ARGUMENT,
-                         tape->m ? "the tape was recorded by another module"
-                                 : "the tape holds no forward (call mha_module_forward_tape first)");
+    mha_status st = mha__params_check_tape(&m->params, tape->id);
+    if (st != MHA_OK) return st;
     const mha_config *c = &m->cfg;
     const int64_t B = tape->B, T = tape->T, rows = B * T, Din = c->d_in, W = m->W, P = m->P;
     const int64_t ny = rows * W;
@@ -273,12 +264,11 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
     if (!plan_backward(m, &d, &L))
         return mha__fail(MHA_ERR_OVERFLOW, "backward workspace for batch %lld x %lld tokens overflows",
                          (long long)B, (long long)T);
-    mha_status st = mha__module_workspace(m, L.total, &workspace, &workspace_size, "backward");
+    st = mha__module_workspace(m, L.total, &workspace, &workspace_size, "backward");
     if (st != MHA_OK) return st;
-    float *g = mha__module_grad_arena(m);
-    if (!g) return MHA_ERR_NOMEM;
-    float *const gw_qkv = g + (m->w_qkv - m->arena);
-    float *const gb_qkv = m->b_qkv ? g + (m->b_qkv - m->arena) : NULL;
+    const mha_params *ps = &m->params;
+    if (!mha__params_grad(&m->params)) return MHA_ERR_NOMEM;
+    float *const gw_qkv = mha__grad_of(ps, m->w_qkv), *const gb_qkv = mha__grad_of(ps, m->b_qkv);
     char *ws = workspace;
     float *dqkv = (float *)(void *)(ws + L.dqkv);
     double *sums = (double *)(void *)(ws + L.sums);
@@ -289,7 +279,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
      * block's delta = rowsum(dctx * ctx) per head taken before. */
     const float *dctx = dy;
     if (c->kind == MHA_MULTI_HEAD_ATTENTION) {
-        float *gw_out = g + (m->w_out - m->arena), *gb_out = g + (m->b_out - m->arena);
+        float *gw_out = mha__grad_of(ps, m->w_out), *gb_out = mha__grad_of(ps, m->b_out);
         float *delta = (float *)(void *)(ws + L.dctx);
         float *blocks = (float *)(void *)(ws + L.dctx + mha__align64((size_t)(rows * m->H) * sizeof(float)));
         if ((st = mha__sgemm(true, false, W, W, rows, 1.0f, dy, W, tape->ctx, W, 1.0f, gw_out, W)) !=
@@ -370,7 +360,7 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
             return backward_failed(tape, st);
     }
     if (gb_qkv) sums_flush(gb_qkv, sums, P);
-    tape->m = NULL; /* consumed */
+    tape->id = 0; /* consumed */
     return MHA_OK;
 }
 

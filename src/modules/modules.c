@@ -79,34 +79,29 @@ static size_t param_floats(const mha_config *c) {
     return (size_t)n;
 }
 
+/* ERR_CONFIG when a size is below 1, ERR_OVERFLOW above MHA_MAX_DIM. */
+static mha_status check_dim(const char *name, int64_t v) {
+    if (v < 1) return mha__fail(MHA_ERR_CONFIG, "%s must be positive, got %lld", name, (long long)v);
+    if (v > MHA_MAX_DIM)
+        return mha__fail(MHA_ERR_OVERFLOW, "%s (%lld) must be at most %lld", name, (long long)v,
+                         (long long)MHA_MAX_DIM);
+    return MHA_OK;
+}
+
 mha_status mha_config_validate(const mha_config *c) {
     if (!c) return mha__fail(MHA_ERR_ARGUMENT, "configuration is NULL");
     if (!kind_valid(c->kind))
         return mha__fail(MHA_ERR_UNKNOWN_MODULE, "unknown module kind %d", (int)c->kind);
-    if (c->d_in < 1) return mha__fail(MHA_ERR_CONFIG, "d_in must be positive, got %lld", (long long)c->d_in);
-    if (c->d_out < 1) return mha__fail(MHA_ERR_CONFIG, "d_out must be positive, got %lld", (long long)c->d_out);
-    if (c->d_in > MHA_MAX_DIM || c->d_out > MHA_MAX_DIM)
-        return mha__fail(MHA_ERR_OVERFLOW, "d_in (%lld) and d_out (%lld) must be at most %lld",
-                         (long long)c->d_in, (long long)c->d_out, (long long)MHA_MAX_DIM);
+    mha_status st = check_dim("d_in", c->d_in);
+    if (st == MHA_OK) st = check_dim("d_out", c->d_out);
+    if (st == MHA_OK && c->kind >= MHA_CAUSAL_ATTENTION) st = check_dim("context_length", c->context_length);
+    if (st == MHA_OK && has_heads(c->kind)) st = check_dim("num_heads", c->num_heads);
+    if (st != MHA_OK) return st;
     if (c->kind != MHA_SELF_ATTENTION_V1 && c->qkv_bias != 0 && c->qkv_bias != 1)
         return mha__fail(MHA_ERR_CONFIG, "qkv_bias must be 0 or 1, got %d", c->qkv_bias);
-    if (c->kind >= MHA_CAUSAL_ATTENTION) {
-        if (c->context_length < 1)
-            return mha__fail(MHA_ERR_CONFIG, "context_length must be positive, got %lld",
-                             (long long)c->context_length);
-        if (c->context_length > MHA_MAX_DIM)
-            return mha__fail(MHA_ERR_OVERFLOW, "context_length (%lld) must be at most %lld",
-                             (long long)c->context_length, (long long)MHA_MAX_DIM);
-        if (!(c->dropout >= 0.0 && c->dropout < 1.0))
-            return mha__fail(MHA_ERR_CONFIG, "dropout must be in [0, 1), got %g", c->dropout);
-    }
+    if (c->kind >= MHA_CAUSAL_ATTENTION && !(c->dropout >= 0.0 && c->dropout < 1.0))
+        return mha__fail(MHA_ERR_CONFIG, "dropout must be in [0, 1), got %g", c->dropout);
     if (has_heads(c->kind)) {
-        if (c->num_heads < 1)
-            return mha__fail(MHA_ERR_CONFIG, "num_heads must be positive, got %lld",
-                             (long long)c->num_heads);
-        if (c->num_heads > MHA_MAX_DIM)
-            return mha__fail(MHA_ERR_OVERFLOW, "num_heads (%lld) must be at most %lld",
-                             (long long)c->num_heads, (long long)MHA_MAX_DIM);
         if (c->kind == MHA_MULTI_HEAD_ATTENTION && c->d_out % c->num_heads != 0)
             return mha__fail(MHA_ERR_CONFIG, "d_out (%lld) must be divisible by num_heads (%lld)",
                              (long long)c->d_out, (long long)c->num_heads);
@@ -135,39 +130,17 @@ static mha_config normalise(const mha_config *c) {
     return n;
 }
 
-typedef struct {
-    mha_module *m;
-    char *name_at;
-    size_t name_left;
-} param_builder;
-
-static void add_param(param_builder *pb, const char *prefix, const char *name, float *data,
-                      int ndim, int64_t s0, int64_t s1) {
-    mha_param *p = &pb->m->params[pb->m->n_params++];
-    int len = snprintf(pb->name_at, pb->name_left, "%s%s", prefix, name);
-    p->name = pb->name_at;
-    pb->name_at += len + 1;
-    pb->name_left -= (size_t)len + 1;
-    p->ndim = ndim;
-    p->shape[0] = s0;
-    p->shape[1] = ndim == 2 ? s1 : 0;
-    p->numel = (size_t)s0 * (size_t)(ndim == 2 ? s1 : 1);
-    p->data = data;
-}
-
-/* Registers the parameters in state_dict order and points them into the
- * arena (layout described in modules.h). */
+/* Registers the parameters in state_dict order, views into the arena
+ * (layout described in modules.h). */
 static void build_params(mha_module *m) {
     const mha_config *c = &m->cfg;
     const int64_t Din = c->d_in, Dout = c->d_out;
-    param_builder pb = {m, m->names, 0};
-    pb.name_left = (size_t)(m->H * 3 * 2 + 2) * 40u;
+    mha_params *ps = &m->params;
     static const char *const role[3] = {"W_query", "W_key", "W_value"};
     char prefix[40] = "", name[40];
 
     if (c->kind == MHA_SELF_ATTENTION_V1) {
-        for (int r = 0; r < 3; r++)
-            add_param(&pb, "", role[r], m->w_qkv + r * Din * Dout, 2, Din, Dout);
+        for (int r = 0; r < 3; r++) mha__params_add(ps, "", role[r], m->w_qkv + r * Din * Dout, 2, Din, Dout);
         return;
     }
     /* v2, Causal, MHA: one set of q/k/v (H = 1 block); wrapper: per head.
@@ -179,16 +152,16 @@ static void build_params(mha_module *m) {
         for (int r = 0; r < 3; r++) {
             const int64_t row = (h * 3 + r) * Dout;
             snprintf(name, sizeof name, "%s.weight", role[r]);
-            add_param(&pb, prefix, name, m->w_qkv + row * Din, 2, Dout, Din);
+            mha__params_add(ps, prefix, name, m->w_qkv + row * Din, 2, Dout, Din);
             if (m->b_qkv) {
                 snprintf(name, sizeof name, "%s.bias", role[r]);
-                add_param(&pb, prefix, name, m->b_qkv + row, 1, Dout, 0);
+                mha__params_add(ps, prefix, name, m->b_qkv + row, 1, Dout, 0);
             }
         }
     }
     if (c->kind == MHA_MULTI_HEAD_ATTENTION) {
-        add_param(&pb, "", "out_proj.weight", m->w_out, 2, Dout, Dout);
-        add_param(&pb, "", "out_proj.bias", m->b_out, 1, Dout, 0);
+        mha__params_add(ps, "", "out_proj.weight", m->w_out, 2, Dout, Dout);
+        mha__params_add(ps, "", "out_proj.bias", m->b_out, 1, Dout, 0);
     }
 }
 
@@ -206,17 +179,12 @@ mha_status mha_module_create(const mha_config *cfg, mha_module **out) {
     m->HD = c->kind == MHA_MULTI_HEAD_ATTENTION ? c->d_out / c->num_heads : c->d_out;
     m->W = m->H * m->HD;
     m->P = 3 * m->W;
-    m->arena_floats = param_floats(c);
-    m->arena = mha__calloc(m->arena_floats * sizeof(float));
-    const size_t max_params = (size_t)(m->H * 3 * 2 + 2);
-    m->params = mha__calloc(max_params * sizeof(mha_param));
-    m->names = mha__calloc(max_params * 40u);
-    if (!m->arena || !m->params || !m->names) {
-        const size_t n = m->arena_floats; /* read before the free (it was read after) */
-        mha_module_free(m);
-        return mha__nomem("out of memory allocating %zu parameters", n);
+    st = mha__params_init(&m->params, kind_names[c->kind], param_floats(c), (size_t)(m->H * 3 * 2 + 2));
+    if (st != MHA_OK) {
+        mha__free(m);
+        return st;
     }
-    float *at = m->arena;
+    float *at = m->params.arena;
     m->w_qkv = at;
     at += m->P * c->d_in;
     if (c->qkv_bias && c->kind != MHA_SELF_ATTENTION_V1) {
@@ -243,10 +211,11 @@ mha_status mha_module_init(mha_module *m, mha_generator *g) {
     }
     /* Each nn.Linear draws its weight then its bias, in __init__ order; the
      * params are registered in exactly that order. */
-    for (size_t i = 0; i < m->n_params; i++) {
-        mha_param *p = &m->params[i];
+    const mha_params *ps = &m->params;
+    for (size_t i = 0; i < ps->n; i++) {
+        const mha_param *p = &ps->p[i];
         if (p->ndim != 2) continue;
-        mha_param *bias = (i + 1 < m->n_params && m->params[i + 1].ndim == 1) ? &m->params[i + 1] : NULL;
+        const mha_param *bias = (i + 1 < ps->n && ps->p[i + 1].ndim == 1) ? &ps->p[i + 1] : NULL;
         mha_status st = mha_generator_linear_init(g, p->data, bias ? bias->data : NULL,
                                                   p->shape[1], p->shape[0]);
         if (st != MHA_OK) return st;
@@ -270,86 +239,18 @@ mha_status mha_module_create_seeded(const mha_config *cfg, uint64_t seed, mha_mo
 
 void mha_module_free(mha_module *m) {
     if (!m) return;
-    mha__free(m->arena);
-    mha__free(m->params);
-    mha__free(m->names);
+    mha__params_free(&m->params);
     mha__free(m->ws);
-    mha__free(m->grad);
     mha__free(m);
 }
 
 const mha_config *mha_module_config_of(const mha_module *m) { return m ? &m->cfg : NULL; }
 
-size_t mha_module_num_params(const mha_module *m) { return m ? m->n_params : 0; }
-
-mha_status mha_module_param(const mha_module *m, size_t i, mha_param *out) {
-    if (!m || !out) return mha__fail(MHA_ERR_ARGUMENT, "module or output is NULL");
-    if (i >= m->n_params)
-        return mha__fail(MHA_ERR_ARGUMENT, "parameter index %zu out of range (%zu parameters)", i,
-                         m->n_params);
-    *out = m->params[i];
-    return MHA_OK;
-}
-
-mha_status mha_module_find_param(const mha_module *m, const char *name, mha_param *out) {
-    if (!m || !name || !out) return mha__fail(MHA_ERR_ARGUMENT, "module, name or output is NULL");
-    for (size_t i = 0; i < m->n_params; i++)
-        if (strcmp(m->params[i].name, name) == 0) {
-            *out = m->params[i];
-            return MHA_OK;
-        }
-    return mha__fail(MHA_ERR_MISSING, "%s has no parameter '%.100s'", kind_names[m->cfg.kind], name);
-}
-
-int64_t mha_module_param_scalars(const mha_module *m) { return m ? (int64_t)m->arena_floats : 0; }
+mha_params *mha_module_params(mha_module *m) { return m ? &m->params : NULL; }
 
 mha_status mha_module_check_finite(const mha_module *m) {
     if (!m) return mha__fail(MHA_ERR_ARGUMENT, "module is NULL");
-    for (size_t i = 0; i < m->n_params; i++) {
-        const mha_param *p = &m->params[i];
-        for (size_t j = 0; j < p->numel; j++)
-            if (!isfinite(p->data[j]))
-                return mha__fail(MHA_ERR_NONFINITE, "parameter '%s' holds %s at element %zu", p->name,
-                                 isnan(p->data[j]) ? "NaN" : "infinity", j);
-    }
-    return MHA_OK;
-}
-
-/* ---- gradients ---------------------------------------------------------- */
-
-float *mha__module_grad_arena(mha_module *m) {
-    if (!m->grad) {
-        m->grad = mha__calloc(m->arena_floats * sizeof(float));
-        if (!m->grad)
-            mha__nomem("out of memory allocating %zu gradient floats", m->arena_floats);
-    }
-    return m->grad;
-}
-
-mha_status mha_module_grad(mha_module *m, size_t i, mha_param *out) {
-    mha_status st = mha_module_param(m, i, out);
-    if (st != MHA_OK) return st;
-    float *g = mha__module_grad_arena(m);
-    if (!g) return MHA_ERR_NOMEM;
-    out->data = g + (out->data - m->arena);
-    return MHA_OK;
-}
-
-mha_status mha_module_find_grad(mha_module *m, const char *name, mha_param *out) {
-    mha_status st = mha_module_find_param(m, name, out);
-    if (st != MHA_OK) return st;
-    float *g = mha__module_grad_arena(m);
-    if (!g) return MHA_ERR_NOMEM;
-    out->data = g + (out->data - m->arena);
-    return MHA_OK;
-}
-
-mha_status mha_module_zero_grad(mha_module *m) {
-    if (!m) return mha__fail(MHA_ERR_ARGUMENT, "module is NULL");
-    float *g = mha__module_grad_arena(m);
-    if (!g) return MHA_ERR_NOMEM;
-    memset(g, 0, m->arena_floats * sizeof(float));
-    return MHA_OK;
+    return mha__params_check_finite(&m->params);
 }
 
 /* ---- forward ------------------------------------------------------------ */
@@ -496,13 +397,8 @@ mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
                              need, *workspace_size);
         return MHA_OK;
     }
-    if (m->ws_size < need) {
-        void *ws = mha__alloc(need);
-        if (!ws) return mha__nomem("out of memory allocating %zu bytes of workspace", need);
-        mha__free(m->ws);
-        m->ws = ws;
-        m->ws_size = need;
-    }
+    mha_status st = mha__grow(&m->ws, &m->ws_size, need, "the workspace");
+    if (st != MHA_OK) return st;
     *workspace = m->ws;
     *workspace_size = m->ws_size;
     return MHA_OK;

@@ -5,6 +5,7 @@
 #include "mha.h"
 
 #include "attention/attention.h"
+#include "params/params.h"
 
 struct mha_module {
     mha_config cfg;
@@ -12,8 +13,7 @@ struct mha_module {
     int64_t HD;    /* head dim */
     int64_t W;     /* width of Q (and K, V, the context): H * HD */
     int64_t P;     /* row width of the packed projection output: 3 * W */
-    float *arena;  /* every parameter, in the layout below */
-    size_t arena_floats;
+    mha_params params; /* every parameter, its arena in the layout below */
     /* Stacked projection weights, rows in the order of the qkv columns:
      *   v1:           W_query, W_key, W_value, each (D_in, D_out) as PyTorch
      *   v2, Causal:   [q; k; v] each (D_out, D_in)   -> (3*D_out, D_in)
@@ -23,10 +23,6 @@ struct mha_module {
     float *b_qkv;  /* (P) in the same order, or NULL without qkv_bias */
     float *w_out;  /* MHA: out_proj.weight (D_out, D_out) */
     float *b_out;  /* MHA: out_proj.bias (D_out) */
-    mha_param *params;
-    size_t n_params;
-    char *names;   /* storage for the parameter names */
-    float *grad;   /* gradients, laid out as arena (NULL until first needed) */
     void *ws;      /* module-owned workspace (grown on demand) */
     size_t ws_size;
 };
@@ -38,10 +34,6 @@ void mha__module_qkv_layout(const mha_module *m, int64_t *q_base, int64_t *k_bas
 
 /* Shape/finiteness checks shared by forward and traced forward. */
 mha_status mha__module_check_input(const mha_module *m, const float *x, int64_t B, int64_t T);
-
-/* The gradient arena, allocated zeroed on first use; NULL (ERR_NOMEM set)
- * when it cannot be. */
-float *mha__module_grad_arena(mha_module *m);
 
 /* qkv (B*T, P) = x W_qkv^T + b_qkv (x @ W for v1). MHA_ERR_NOMEM when the
  * GEMM backend runs out of memory. */

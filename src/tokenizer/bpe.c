@@ -243,27 +243,6 @@ static const char *show(char *buf, size_t cap, const unsigned char *s, size_t le
     return buf;
 }
 
-/* encoder.json: JSON's text checks cJSON leaves out. cJSON decodes "\u0000"
- * into a string C cuts short (so two keys could collapse into one); this
- * pass, which tracks only whether it is inside a string, refuses it. */
-static mha_status json_escape_check(const char *name, const unsigned char *s, size_t len) {
-    bool in_string = false;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_string) {
-            if (s[i] == '"') in_string = true;
-            continue;
-        }
-        if (s[i] == '"') {
-            in_string = false;
-        } else if (s[i] == '\\') {
-            if (i + 5 < len && s[i + 1] == 'u' && memcmp(s + i + 2, "0000", 4) == 0)
-                return mha__fail(MHA_ERR_FORMAT, "%s: \\u0000 in a string at byte %zu", name, i);
-            i++; /* the escaped character */
-        }
-    }
-    return MHA_OK;
-}
-
 /* Both files are UTF-8 text. */
 static mha_status utf8_file_check(const char *name, const unsigned char *s, size_t len) {
     size_t bad = mha__utf8_check(s, len);
@@ -275,32 +254,12 @@ static mha_status load_encoder(mha_tokenizer *t, const int16_t *byte_of_cp, cons
     if (memchr(json, 0, len))
         return mha__fail(MHA_ERR_FORMAT, "%s: NUL byte at byte %zu", name,
                          (size_t)((const unsigned char *)memchr(json, 0, len) - json));
-    mha_status st = json_escape_check(name, json, len);
+    mha_status st = mha__json_check(json, len, &(mha__json_rules){.what = name, .object = true});
     if (st != MHA_OK) return st;
-
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts((const char *)json, len, &end, 0);
-    if (!root) {
-        size_t at = end ? (size_t)(end - (const char *)json) : 0;
-        if (mha__json_wellformed(json, len)) /* then cJSON failed to allocate */
-            return mha__fail(MHA_ERR_NOMEM,
-                             "%s: out of memory parsing %zu bytes of JSON (an allocation by "
-                             "cJSON failed)", name, len);
-        return mha__fail(MHA_ERR_FORMAT, "%s: not valid JSON (at byte %zu)", name, at);
-    }
-    size_t rest = (size_t)(end - (const char *)json);
-    while (rest < len && (json[rest] == ' ' || json[rest] == '\t' || json[rest] == '\n' ||
-                          json[rest] == '\r'))
-        rest++;
-    if (rest < len) {
-        cJSON_Delete(root);
-        return mha__fail(MHA_ERR_FORMAT, "%s: unexpected text after the JSON object at byte %zu",
-                         name, rest);
-    }
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return mha__fail(MHA_ERR_FORMAT, "%s: not a JSON object (token -> id)", name);
-    }
+    cJSON *root = cJSON_ParseWithLengthOpts((const char *)json, len, NULL, 0);
+    if (!root) /* the text is valid (mha__json_check): one of cJSON's allocations failed */
+        return mha__fail(MHA_ERR_NOMEM,
+                         "%s: out of memory parsing %zu bytes of JSON (an allocation by cJSON failed)", name, len);
     size_t n = 0, key_bytes = 0;
     for (const cJSON *e = root->child; e; e = e->next) {
         n++;

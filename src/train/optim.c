@@ -34,7 +34,7 @@
  *
  * The update is elementwise: chunks of parameters run on OpenMP threads and
  * the result does not depend on how many. */
-#include "common/common.h"
+#include "params/params.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -46,13 +46,15 @@
 #include <omp.h>
 #endif
 
-typedef enum { OPT_ADAMW = 0, OPT_SGD = 1 } opt_kind;
+typedef mha_optim_kind opt_kind;
+#define OPT_ADAMW MHA_OPTIM_ADAMW
+#define OPT_SGD MHA_OPTIM_SGD
 
 static const char *const kind_names[2] = {"AdamW", "SGD"};
 
-/* State tensors, in file order per parameter. */
-static const char *const adamw_state_names[3] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-static const char *const sgd_state_names[1] = {"momentum_buffer"};
+/* State tensors, in file order per parameter: "<state>.<parameter>". */
+static const char *const adamw_state_names[3] = {"exp_avg.", "exp_avg_sq.", "max_exp_avg_sq."};
+static const char *const sgd_state_names[1] = {"momentum_buffer."};
 #define MAX_STATES 3
 
 /* Elements per parallel task. */
@@ -61,58 +63,21 @@ static const char *const sgd_state_names[1] = {"momentum_buffer"};
 /* PyTorch's step tensor is float32: step_t += 1 stops changing at 2^24. */
 #define TORCH_STEP_MAX ((int64_t)1 << 24)
 
-typedef struct {
-    size_t param;
-    size_t begin, end;
-} chunk;
-
 struct mha_optimizer {
-    mha_module *m;             /* what it updates: a module, */
-    mha_gpt *gpt;              /* or a GPTModel / TransformerBlock */
+    mha_params *ps;            /* what it updates (its owner outlives the optimizer) */
     opt_kind kind;
     mha_adamw_config adamw;
     mha_sgd_config sgd;
     int64_t step;
-    size_t n_params, scalars;
-    size_t *off;               /* parameter i's offset in the state arrays */
-    float *state[MAX_STATES];  /* AdamW: exp_avg, exp_avg_sq, max_exp_avg_sq;
-                                  SGD: momentum_buffer (when momentum != 0) */
-    chunk *chunks;
-    size_t n_chunks;
-    float **p, **g;            /* per step: the parameters' data and gradients */
+    size_t n_params;           /* model.parameters(): the set's, a tied head once */
+    float *state[MAX_STATES];  /* laid out as the arena. AdamW: exp_avg, exp_avg_sq,
+                                  max_exp_avg_sq; SGD: momentum_buffer (momentum != 0) */
+    size_t n_chunks;           /* of the arena, CHUNK floats each */
     size_t *bad;               /* per chunk: first non-finite gradient, or SIZE_MAX */
 };
 
-/* The parameters it updates: a module's, or a GPT's as model.parameters()
- * lists them (a tied head, the last of mha_gpt_param's list, is tok_emb's
- * tensor and counted once). */
-static size_t target_num_params(const mha_module *m, const mha_gpt *g) {
-    if (m) return mha_module_num_params(m);
-    return mha_gpt_num_params(g) - (mha_gpt_head_tied(g) ? 1 : 0);
-}
-
-static mha_status opt_param(const mha_optimizer *o, size_t i, mha_param *p) {
-    return o->m ? mha_module_param(o->m, i, p) : mha_gpt_param(o->gpt, i, p);
-}
-
-static mha_status opt_grad(mha_optimizer *o, size_t i, mha_param *g) {
-    return o->m ? mha_module_grad(o->m, i, g) : mha_gpt_grad(o->gpt, i, g);
-}
-
-static bool opt_has_param(const mha_optimizer *o, const char *name) {
-    for (size_t i = 0; i < o->n_params; i++) {
-        mha_param p;
-        if (opt_param(o, i, &p) == MHA_OK && strcmp(p.name, name) == 0) return true;
-    }
-    return false;
-}
-
-/* The class name saved as "module". */
-static const char *opt_class(const mha_optimizer *o) {
-    const char *c = o->m ? mha_kind_name(mha_module_config_of(o->m)->kind)
-                         : mha_gpt_kind_name(mha_gpt_config_of(o->gpt)->kind);
-    return c ? c : "";
-}
+/* The parameters that file and step hold (not a tied head's second name). */
+static bool stepped(const mha_optimizer *o, size_t i) { return !o->ps->alias[i]; }
 
 /* ------------------------------------------------------------------------ */
 /* Configurations                                                             */
@@ -207,10 +172,6 @@ static int n_state_tensors(opt_kind k, const mha_adamw_config *a, const mha_sgd_
     return n_state_arrays(k, a, s);
 }
 
-static const char *state_name(opt_kind k, int i) {
-    return k == OPT_ADAMW ? adamw_state_names[i] : sgd_state_names[i];
-}
-
 static void free_states(float *st[MAX_STATES]) {
     for (int i = 0; i < MAX_STATES; i++) {
         mha__free(st[i]);
@@ -238,101 +199,43 @@ static mha_status alloc_states(float *st[MAX_STATES], int n, size_t scalars) {
 void mha_optimizer_free(mha_optimizer *o) {
     if (!o) return;
     free_states(o->state);
-    mha__free(o->off);
-    mha__free(o->chunks);
-    mha__free(o->p);
-    mha__free(o->g);
     mha__free(o->bad);
     mha__free(o);
 }
 
-static mha_status create(mha_module *m, mha_gpt *gpt, opt_kind kind, const mha_adamw_config *a,
-                         const mha_sgd_config *sc, mha_optimizer **out) {
-    const size_t np = target_num_params(m, gpt);
+void mha_optimizer_config_init(mha_optimizer_config *c, mha_optim_kind kind) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    mha_adamw_config_init(&c->adamw);
+    mha_sgd_config_init(&c->sgd);
+}
+
+mha_status mha_optimizer_create(mha_params *ps, const mha_optimizer_config *c, mha_optimizer **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create: out is NULL");
+    *out = NULL;
+    if (!ps || !c) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_create: NULL argument");
+    if (c->kind != OPT_ADAMW && c->kind != OPT_SGD)
+        return mha__fail(MHA_ERR_CONFIG, "unknown optimizer kind %d", (int)c->kind);
+    mha_status s = c->kind == OPT_ADAMW ? adamw_validate(&c->adamw) : sgd_validate(&c->sgd);
+    if (s != MHA_OK) return s;
     mha_optimizer *o = mha__calloc_n(1, sizeof *o);
     if (!o) return mha__nomem("out of memory creating the optimizer");
-    o->m = m;
-    o->gpt = gpt;
-    o->kind = kind;
-    if (a) o->adamw = *a;
-    if (sc) o->sgd = *sc;
-    o->n_params = np;
-    const size_t cap = np ? np : 1;
-    o->off = mha__calloc_n(cap, sizeof *o->off);
-    o->p = mha__calloc_n(cap, sizeof *o->p);
-    o->g = mha__calloc_n(cap, sizeof *o->g);
-    mha_status s = MHA_OK;
-    if (!o->off || !o->p || !o->g) {
-        s = mha__nomem("out of memory creating the optimizer");
-        goto fail;
+    o->ps = ps;
+    o->kind = c->kind;
+    o->adamw = c->adamw;
+    o->sgd = c->sgd;
+    for (size_t i = 0; i < ps->n; i++) o->n_params += stepped(o, i);
+    o->n_chunks = (ps->floats + CHUNK - 1) / CHUNK;
+    o->bad = mha__calloc_n(o->n_chunks ? o->n_chunks : 1, sizeof *o->bad);
+    s = o->bad ? alloc_states(o->state, n_state_arrays(o->kind, &o->adamw, &o->sgd), ps->floats)
+               : mha__nomem("out of memory creating the optimizer");
+    if (s != MHA_OK) {
+        mha_optimizer_free(o);
+        return s;
     }
-    /* offsets and the chunk count */
-    size_t total = 0, nch = 0;
-    for (size_t i = 0; i < np; i++) {
-        mha_param p;
-        s = opt_param(o, i, &p);
-        if (s != MHA_OK) goto fail;
-        o->off[i] = total;
-        if (!mha__add_size(total, p.numel, &total)) {
-            s = mha__fail(MHA_ERR_OVERFLOW, "module too large for an optimizer");
-            goto fail;
-        }
-        nch += (p.numel + CHUNK - 1) / CHUNK;
-    }
-    o->scalars = total;
-    o->n_chunks = nch;
-    o->chunks = mha__calloc_n(nch ? nch : 1, sizeof *o->chunks);
-    o->bad = mha__calloc_n(nch ? nch : 1, sizeof *o->bad);
-    if (!o->chunks || !o->bad) {
-        s = mha__nomem("out of memory creating the optimizer");
-        goto fail;
-    }
-    nch = 0;
-    for (size_t i = 0; i < np; i++) {
-        mha_param p;
-        s = opt_param(o, i, &p);
-        if (s != MHA_OK) goto fail;
-        for (size_t b = 0; b < p.numel; b += CHUNK)
-            o->chunks[nch++] = (chunk){i, b, p.numel - b < CHUNK ? p.numel : b + CHUNK};
-    }
-    s = alloc_states(o->state, n_state_arrays(kind, &o->adamw, &o->sgd), total);
-    if (s != MHA_OK) goto fail;
     *out = o;
     return MHA_OK;
-fail:
-    mha_optimizer_free(o);
-    return s;
-}
-
-/* The public constructors' shared checks: fn names the entry point in the
- * error messages; exactly one of m, g and one of ac, sc is meant to be set. */
-static mha_status create_checked(const char *fn, mha_module *m, mha_gpt *g, opt_kind kind,
-                                 const mha_adamw_config *ac, const mha_sgd_config *sc,
-                                 mha_optimizer **out) {
-    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "%s: out is NULL", fn);
-    *out = NULL;
-    if ((!m && !g) || (!ac && !sc)) return mha__fail(MHA_ERR_ARGUMENT, "%s: NULL argument", fn);
-    mha_status s = kind == OPT_ADAMW ? adamw_validate(ac) : sgd_validate(sc);
-    if (s != MHA_OK) return s;
-    return create(m, g, kind, ac, sc, out);
-}
-
-mha_status mha_optimizer_create_adamw(mha_module *m, const mha_adamw_config *c,
-                                      mha_optimizer **out) {
-    return create_checked("mha_optimizer_create_adamw", m, NULL, OPT_ADAMW, c, NULL, out);
-}
-
-mha_status mha_optimizer_create_adamw_gpt(mha_gpt *m, const mha_adamw_config *c, mha_optimizer **out) {
-    return create_checked("mha_optimizer_create_adamw_gpt", NULL, m, OPT_ADAMW, c, NULL, out);
-}
-
-mha_status mha_optimizer_create_sgd(mha_module *m, const mha_sgd_config *c,
-                                    mha_optimizer **out) {
-    return create_checked("mha_optimizer_create_sgd", m, NULL, OPT_SGD, NULL, c, out);
-}
-
-mha_status mha_optimizer_create_sgd_gpt(mha_gpt *m, const mha_sgd_config *c, mha_optimizer **out) {
-    return create_checked("mha_optimizer_create_sgd_gpt", NULL, m, OPT_SGD, NULL, c, out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -384,7 +287,7 @@ static inline float madd(bool fused, float a, float x, float b) {
 
 typedef struct {
     float decay, beta1, omb1, beta2, omb2, bc2_sqrt, eps, neg_step_size;
-    bool amsgrad;
+    bool amsgrad, fused;
 } adamw_k;
 
 static inline void adamw_range(bool fused, const adamw_k *k, float *restrict p,
@@ -409,7 +312,7 @@ static inline void adamw_range(bool fused, const adamw_k *k, float *restrict p,
 
 typedef struct {
     float wd, mom, omd, neg_lr;
-    bool has_wd, has_mom, nesterov, first;
+    bool has_wd, has_mom, nesterov, first, fused;
 } sgd_k;
 
 static inline void sgd_range(bool fused, const sgd_k *k, float *restrict p,
@@ -434,36 +337,62 @@ static int max_threads(void) {
 #endif
 }
 
-/* The first non-finite gradient element (parallel over chunks, reported in
- * parameter order). */
-static mha_status check_gradients(mha_optimizer *o) {
+/* f(o, k, at, n, c) over the arena in chunks of CHUNK floats (chunk c
+ * from float at, n of them), on OpenMP threads when it is large: every
+ * update is elementwise, so the result does not depend on the split. */
+typedef void (*chunk_fn)(mha_optimizer *o, const void *k, size_t at, size_t n, size_t c);
+
+static void for_chunks(mha_optimizer *o, chunk_fn f, const void *k) {
     const int nt = max_threads();
     const int64_t nch = (int64_t)o->n_chunks;
+    const size_t floats = o->ps->floats;
+    (void)nt;
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) num_threads(nt) if (o->scalars >= 4 * CHUNK)
+#pragma omp parallel for schedule(static) num_threads(nt) if (floats >= 4 * CHUNK)
 #endif
     for (int64_t c = 0; c < nch; c++) {
-        const chunk *ch = &o->chunks[c];
-        const float *g = o->g[ch->param];
-        size_t bad = SIZE_MAX;
-        for (size_t j = ch->begin; j < ch->end; j++)
-            if (!isfinite(g[j])) {
-                bad = j;
-                break;
-            }
-        o->bad[c] = bad;
+        const size_t at = (size_t)c * CHUNK;
+        f(o, k, at, floats - at < CHUNK ? floats - at : CHUNK, (size_t)c);
     }
-    (void)nt;
-    for (size_t c = 0; c < o->n_chunks; c++)
-        if (o->bad[c] != SIZE_MAX) {
-            mha_param p;
-            opt_param(o, o->chunks[c].param, &p);
-            const float x = o->g[o->chunks[c].param][o->bad[c]];
-            return mha__fail(MHA_ERR_NONFINITE, "gradient of '%s' holds %s at element %zu; "
-                             "nothing was updated", p.name, isnan(x) ? "NaN" : "infinity",
-                             o->bad[c]);
+}
+
+static void nonfinite_chunk(mha_optimizer *o, const void *k, size_t at, size_t n, size_t c) {
+    (void)k;
+    const float *g = o->ps->grad + at;
+    o->bad[c] = SIZE_MAX;
+    for (size_t j = 0; j < n; j++)
+        if (!isfinite(g[j])) {
+            o->bad[c] = j;
+            break;
         }
-    return MHA_OK;
+}
+
+/* ERR_NONFINITE naming the first non-finite gradient element in parameter
+ * order (the scan is parallel; naming it, on failure only, is not). */
+static mha_status check_gradients(mha_optimizer *o) {
+    for_chunks(o, nonfinite_chunk, NULL);
+    size_t c = 0;
+    while (c < o->n_chunks && o->bad[c] == SIZE_MAX) c++;
+    if (c == o->n_chunks) return MHA_OK;
+    const mha_params *ps = o->ps;
+    for (size_t i = 0; i < ps->n; i++) {
+        const float *g = mha__grad_of(ps, ps->p[i].data);
+        for (size_t j = 0; stepped(o, i) && j < ps->p[i].numel; j++)
+            if (!isfinite(g[j]))
+                return mha__fail(MHA_ERR_NONFINITE,
+                                 "gradient of '%s' holds %s at element %zu; nothing was updated", ps->p[i].name,
+                                 isnan(g[j]) ? "NaN" : "infinity", j);
+    }
+    return mha__fail(MHA_ERR_NONFINITE, "a gradient holds NaN or infinity; nothing was updated");
+}
+
+static void adamw_chunk(mha_optimizer *o, const void *kv, size_t at, size_t n, size_t c) {
+    (void)c;
+    const adamw_k *k = kv;
+    float *p = o->ps->arena + at, *vmax = k->amsgrad ? o->state[2] + at : NULL;
+    const float *g = o->ps->grad + at;
+    if (k->fused) adamw_range(true, k, p, g, o->state[0] + at, o->state[1] + at, vmax, n);
+    else adamw_range(false, k, p, g, o->state[0] + at, o->state[1] + at, vmax, n);
 }
 
 static void adamw_step(mha_optimizer *o) {
@@ -482,23 +411,18 @@ static void adamw_step(mha_optimizer *o) {
         .eps = (float)c->eps,
         .neg_step_size = (float)(-step_size),
         .amsgrad = c->amsgrad != 0,
+        .fused = c->variant == MHA_OPTIM_TORCH_AVX2,
     };
-    const bool fused = c->variant == MHA_OPTIM_TORCH_AVX2;
-    const int64_t nch = (int64_t)o->n_chunks;
-    const int nt = max_threads();
-    (void)nt;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) num_threads(nt) if (o->scalars >= 4 * CHUNK)
-#endif
-    for (int64_t ci = 0; ci < nch; ci++) {
-        const chunk *ch = &o->chunks[ci];
-        const size_t at = o->off[ch->param] + ch->begin, n = ch->end - ch->begin;
-        float *p = o->p[ch->param] + ch->begin;
-        const float *g = o->g[ch->param] + ch->begin;
-        float *vmax = k.amsgrad ? o->state[2] + at : NULL;
-        if (fused) adamw_range(true, &k, p, g, o->state[0] + at, o->state[1] + at, vmax, n);
-        else adamw_range(false, &k, p, g, o->state[0] + at, o->state[1] + at, vmax, n);
-    }
+    for_chunks(o, adamw_chunk, &k);
+}
+
+static void sgd_chunk(mha_optimizer *o, const void *kv, size_t at, size_t n, size_t c) {
+    (void)c;
+    const sgd_k *k = kv;
+    float *p = o->ps->arena + at, *buf = k->has_mom ? o->state[0] + at : NULL;
+    const float *g = o->ps->grad + at;
+    if (k->fused) sgd_range(true, k, p, g, buf, n);
+    else sgd_range(false, k, p, g, buf, n);
 }
 
 static void sgd_step(mha_optimizer *o) {
@@ -512,37 +436,16 @@ static void sgd_step(mha_optimizer *o) {
         .has_mom = c->momentum != 0.0,
         .nesterov = c->nesterov != 0,
         .first = o->step == 0,
+        .fused = c->variant == MHA_OPTIM_TORCH_AVX2,
     };
-    const bool fused = c->variant == MHA_OPTIM_TORCH_AVX2;
-    const int64_t nch = (int64_t)o->n_chunks;
-    const int nt = max_threads();
-    (void)nt;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) num_threads(nt) if (o->scalars >= 4 * CHUNK)
-#endif
-    for (int64_t ci = 0; ci < nch; ci++) {
-        const chunk *ch = &o->chunks[ci];
-        const size_t at = o->off[ch->param] + ch->begin, n = ch->end - ch->begin;
-        float *p = o->p[ch->param] + ch->begin;
-        const float *g = o->g[ch->param] + ch->begin;
-        float *buf = k.has_mom ? o->state[0] + at : NULL;
-        if (fused) sgd_range(true, &k, p, g, buf, n);
-        else sgd_range(false, &k, p, g, buf, n);
-    }
+    for_chunks(o, sgd_chunk, &k);
 }
 
 mha_status mha_optimizer_step(mha_optimizer *o) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
     if (!o) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_step: optimizer is NULL");
-    for (size_t i = 0; i < o->n_params; i++) {
-        mha_param p, g;
-        mha_status s = opt_param(o, i, &p);
-        if (s == MHA_OK) s = opt_grad(o, i, &g);
-        if (s != MHA_OK) return s;
-        o->p[i] = p.data;
-        o->g[i] = g.data;
-    }
+    if (!mha__params_grad(o->ps)) return MHA_ERR_NOMEM;
     mha_status s = check_gradients(o);
     if (s != MHA_OK) return s;
     if (o->kind == OPT_ADAMW) adamw_step(o);
@@ -559,131 +462,66 @@ static const char *variant_name(mha_optim_variant v) {
     return v == MHA_OPTIM_TORCH_DEFAULT ? "default" : "avx2";
 }
 
-/* "<state>.<param>" */
-static char *join_name(const char *state, const char *param) {
-    const size_t a = strlen(state), b = strlen(param);
-    char *s = mha__alloc(a + b + 2);
-    if (!s) return NULL;
-    memcpy(s, state, a);
-    s[a] = '.';
-    memcpy(s + a + 1, param, b + 1);
-    return s;
+/* The state tensors of ns arrays as views of the set (not a tied head's
+ * second name). */
+static mha__param_views state_views(const mha_optimizer *o, int ns, float *const *state) {
+    const char *const *names = o->kind == OPT_ADAMW ? adamw_state_names : sgd_state_names;
+    return (mha__param_views){(size_t)ns, names, state, false};
+}
+
+/* The hyper-parameters a file holds, in file order: the floats, the flag,
+ * the variant, pointing into a and s. */
+typedef struct {
+    int n;
+    const char *const *keys;
+    double *v[5];
+    const char *flag;
+    int *flag_v;
+    mha_optim_variant *variant;
+} hyper_list;
+
+static hyper_list hypers(opt_kind kind, mha_adamw_config *a, mha_sgd_config *s) {
+    static const char *const a_keys[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
+    static const char *const s_keys[4] = {"lr", "momentum", "dampening", "weight_decay"};
+    if (kind == OPT_ADAMW)
+        return (hyper_list){5, a_keys, {&a->lr, &a->beta1, &a->beta2, &a->eps, &a->weight_decay}, "amsgrad",
+                            &a->amsgrad, &a->variant};
+    return (hyper_list){4, s_keys, {&s->lr, &s->momentum, &s->dampening, &s->weight_decay}, "nesterov",
+                        &s->nesterov, &s->variant};
 }
 
 mha_status mha_optimizer_save(const mha_optimizer *o, const char *path) {
     if (!o || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_save: NULL argument");
     const int ns = n_state_tensors(o->kind, &o->adamw, &o->sgd, o->step);
-    char v_lr[32], v_a[32], v_b[32], v_c[32], v_wd[32], v_step[24], v_np[24], v_sc[24];
+    mha_adamw_config a = o->adamw;
+    mha_sgd_config sc = o->sgd;
+    const hyper_list h = hypers(o->kind, &a, &sc);
+    char num[5][32], v_step[24], v_np[24], v_sc[24];
     const char *meta[26];
     size_t nm = 0;
 #define META(k, v) (meta[2 * nm] = (k), meta[2 * nm + 1] = (v), nm++)
     META("optimizer", kind_names[o->kind]);
-    if (o->kind == OPT_ADAMW) {
-        const mha_adamw_config *c = &o->adamw;
-        mha__format_double(v_lr, sizeof v_lr, c->lr);
-        mha__format_double(v_a, sizeof v_a, c->beta1);
-        mha__format_double(v_b, sizeof v_b, c->beta2);
-        mha__format_double(v_c, sizeof v_c, c->eps);
-        mha__format_double(v_wd, sizeof v_wd, c->weight_decay);
-        META("lr", v_lr);
-        META("beta1", v_a);
-        META("beta2", v_b);
-        META("eps", v_c);
-        META("weight_decay", v_wd);
-        META("amsgrad", c->amsgrad ? "true" : "false");
-        META("variant", variant_name(c->variant));
-    } else {
-        const mha_sgd_config *c = &o->sgd;
-        mha__format_double(v_lr, sizeof v_lr, c->lr);
-        mha__format_double(v_a, sizeof v_a, c->momentum);
-        mha__format_double(v_b, sizeof v_b, c->dampening);
-        mha__format_double(v_wd, sizeof v_wd, c->weight_decay);
-        META("lr", v_lr);
-        META("momentum", v_a);
-        META("dampening", v_b);
-        META("weight_decay", v_wd);
-        META("nesterov", c->nesterov ? "true" : "false");
-        META("variant", variant_name(c->variant));
+    for (int k = 0; k < h.n; k++) {
+        mha__format_double(num[k], sizeof num[k], *h.v[k]);
+        META(h.keys[k], num[k]);
     }
+    META(h.flag, *h.flag_v ? "true" : "false");
+    META("variant", variant_name(*h.variant));
     snprintf(v_step, sizeof v_step, "%" PRId64, o->step);
     snprintf(v_np, sizeof v_np, "%zu", o->n_params);
-    snprintf(v_sc, sizeof v_sc, "%zu", o->scalars);
+    snprintf(v_sc, sizeof v_sc, "%zu", o->ps->floats);
     META("step", v_step);
-    META("module", opt_class(o));
+    META("module", o->ps->owner);
     META("num_params", v_np);
     META("param_scalars", v_sc);
 #undef META
-
-    size_t ne = 0, cap = o->n_params * (size_t)ns;
-    mha_st_entry *ents = mha__calloc_n(cap ? cap : 1, sizeof *ents);
-    char **names = mha__calloc_n(cap ? cap : 1, sizeof *names);
-    mha_param *params = mha__calloc_n(o->n_params ? o->n_params : 1, sizeof *params);
-    mha_status s = MHA_OK;
-    if (!ents || !names || !params) {
-        s = mha__nomem("out of memory saving the optimizer");
-        goto out;
-    }
-    for (size_t i = 0; i < o->n_params && s == MHA_OK; i++) {
-        s = opt_param(o, i, &params[i]);
-        for (int k = 0; k < ns && s == MHA_OK; k++) {
-            names[ne] = join_name(state_name(o->kind, k), params[i].name);
-            if (!names[ne]) {
-                s = mha__nomem("out of memory saving the optimizer");
-                break;
-            }
-            ents[ne] = (mha_st_entry){names[ne], MHA_DTYPE_F32, params[i].ndim, params[i].shape,
-                                      o->state[k] + o->off[i]};
-            ne++;
-        }
-    }
-    if (s == MHA_OK) s = mha_st_write_file(path, ents, ne, meta, nm);
-out:
-    for (size_t i = 0; names && i < ne; i++) mha__free(names[i]);
-    mha__free(names);
-    mha__free(ents);
-    mha__free(params);
-    return s;
+    const mha__param_views views = state_views(o, ns, o->state);
+    return mha__params_save(o->ps, &views, NULL, 0, meta, nm, path);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Load                                                                       */
 /* ------------------------------------------------------------------------ */
-
-static mha_status meta_double(const mha_st *st, const char *key, double *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no '%s'", key);
-    if (!mha__parse_double(v, out))
-        return mha__fail(MHA_ERR_FORMAT, "__metadata__ '%s' = '%.60s' is not a finite number",
-                         key, v);
-    return MHA_OK;
-}
-
-static mha_status meta_flag(const mha_st *st, const char *key, int *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no '%s'", key);
-    if (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) *out = 1;
-    else if (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0")) *out = 0;
-    else
-        return mha__fail(MHA_ERR_FORMAT, "__metadata__ '%s' = '%.60s' is not a boolean", key, v);
-    return MHA_OK;
-}
-
-/* Strictly decimal digits, within int64 / size_t. */
-static mha_status meta_count(const mha_st *st, const char *key, uint64_t max, uint64_t *out) {
-    const char *v = mha_st_metadata(st, key);
-    if (!v) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no '%s'", key);
-    uint64_t x = 0;
-    bool ok = v[0] != '\0';
-    for (const char *p = v; ok && *p; p++) {
-        ok = *p >= '0' && *p <= '9' && !__builtin_mul_overflow(x, 10, &x) &&
-             !__builtin_add_overflow(x, (uint64_t)(*p - '0'), &x) && x <= max;
-    }
-    if (!ok)
-        return mha__fail(MHA_ERR_FORMAT, "__metadata__ '%s' = '%.60s' is not a decimal integer "
-                         "in [0, %" PRIu64 "]", key, v, max);
-    *out = x;
-    return MHA_OK;
-}
 
 static mha_status meta_variant(const mha_st *st, mha_optim_variant *out) {
     const char *v = mha_st_metadata(st, "variant");
@@ -703,7 +541,8 @@ static mha_status invalid_hyper(void) {
     return mha__fail(MHA_ERR_FORMAT, "invalid hyper-parameters: %s", detail);
 }
 
-/* The hyper-parameters and step of a file meant for o. */
+/* The hyper-parameters, step and counts of a file meant for o, read by the
+ * metadata rule; a missing or bad one is ERR_FORMAT. */
 static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_config *a,
                             mha_sgd_config *sc, int64_t *step) {
     const char *opt = mha_st_metadata(st, "optimizer");
@@ -713,97 +552,38 @@ static mha_status read_meta(const mha_optimizer *o, const mha_st *st, mha_adamw_
     if (strcmp(opt, kind_names[o->kind]) != 0)
         return mha__fail(MHA_ERR_FORMAT, "the file holds a '%.40s' state; this optimizer is %s",
                          opt, kind_names[o->kind]);
-    mha_status s;
-    if (o->kind == OPT_ADAMW) {
-        mha_adamw_config_init(a);
-        s = meta_double(st, "lr", &a->lr);
-        if (s == MHA_OK) s = meta_double(st, "beta1", &a->beta1);
-        if (s == MHA_OK) s = meta_double(st, "beta2", &a->beta2);
-        if (s == MHA_OK) s = meta_double(st, "eps", &a->eps);
-        if (s == MHA_OK) s = meta_double(st, "weight_decay", &a->weight_decay);
-        if (s == MHA_OK) s = meta_flag(st, "amsgrad", &a->amsgrad);
-        if (s == MHA_OK) s = meta_variant(st, &a->variant);
-        if (s == MHA_OK && adamw_validate(a) != MHA_OK) s = invalid_hyper();
-    } else {
-        mha_sgd_config_init(sc);
-        s = meta_double(st, "lr", &sc->lr);
-        if (s == MHA_OK) s = meta_double(st, "momentum", &sc->momentum);
-        if (s == MHA_OK) s = meta_double(st, "dampening", &sc->dampening);
-        if (s == MHA_OK) s = meta_double(st, "weight_decay", &sc->weight_decay);
-        if (s == MHA_OK) s = meta_flag(st, "nesterov", &sc->nesterov);
-        if (s == MHA_OK) s = meta_variant(st, &sc->variant);
-        if (s == MHA_OK && sgd_validate(sc) != MHA_OK) s = invalid_hyper();
-    }
-    uint64_t u;
-    if (s == MHA_OK) s = meta_count(st, "step", (uint64_t)INT64_MAX, &u);
-    if (s != MHA_OK) return s;
-    *step = (int64_t)u;
+    mha_adamw_config_init(a);
+    mha_sgd_config_init(sc);
+    const hyper_list h = hypers(o->kind, a, sc);
+    mha_status s = MHA_OK;
+    for (int k = 0; s == MHA_OK && k < h.n; k++) s = mha_st_metadata_double(st, h.keys[k], h.v[k]);
+    if (s == MHA_OK) s = mha_st_metadata_bool(st, h.flag, h.flag_v);
+    if (s == MHA_OK) s = meta_variant(st, h.variant);
+    if (s == MHA_OK && (o->kind == OPT_ADAMW ? adamw_validate(a) : sgd_validate(sc)) != MHA_OK)
+        s = invalid_hyper();
+    if (s == MHA_OK) s = mha_st_metadata_int(st, "step", 0, INT64_MAX, step);
+    if (s != MHA_OK) return s == MHA_ERR_MISSING ? MHA_ERR_FORMAT : s;
 
     /* the module this state belongs to */
     const char *cls = mha_st_metadata(st, "module");
-    const char *mine = opt_class(o);
+    const char *mine = o->ps->owner;
     if (!cls) return mha__fail(MHA_ERR_FORMAT, "__metadata__ has no 'module'");
     if (strcmp(cls, mine) != 0)
         return mha__fail(MHA_ERR_FORMAT, "the state is for a %.60s; this optimizer's module is "
                          "a %s", cls, mine);
-    uint64_t np, sc_n;
-    s = meta_count(st, "num_params", SIZE_MAX, &np);
-    if (s == MHA_OK) s = meta_count(st, "param_scalars", SIZE_MAX, &sc_n);
-    if (s != MHA_OK) return s;
-    if (np != o->n_params || sc_n != o->scalars)
-        return mha__fail(MHA_ERR_SHAPE, "the state is for %" PRIu64 " parameters of %" PRIu64
+    int64_t np, sc_n;
+    s = mha_st_metadata_int(st, "num_params", 0, INT64_MAX, &np);
+    if (s == MHA_OK) s = mha_st_metadata_int(st, "param_scalars", 0, INT64_MAX, &sc_n);
+    if (s != MHA_OK) return s == MHA_ERR_MISSING ? MHA_ERR_FORMAT : s;
+    if ((uint64_t)np != o->n_params || (uint64_t)sc_n != o->ps->floats)
+        return mha__fail(MHA_ERR_SHAPE, "the state is for %" PRId64 " parameters of %" PRId64
                          " values; this optimizer's module has %zu of %zu", np, sc_n,
-                         o->n_params, o->scalars);
+                         o->n_params, o->ps->floats);
     return MHA_OK;
 }
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
-    size_t k = 0;
-    int w = snprintf(buf, cap, "(");
-    k = w > 0 ? (size_t)w : 0;
-    for (int d = 0; d < ndim && k < cap; d++) {
-        w = snprintf(buf + k, cap - k, "%s%" PRId64, d ? ", " : "", shape[d]);
-        if (w < 0) break;
-        k += (size_t)w;
-    }
-    if (k < cap) snprintf(buf + k, cap - k, ")");
-}
-
-/* Copies state tensor `k` of parameter p from the file into dst. */
-static mha_status read_state(opt_kind kind, int k, const mha_st *st, const mha_param *p,
-                             float *dst) {
-    char *name = join_name(state_name(kind, k), p->name);
-    if (!name) return mha__nomem("out of memory loading the optimizer");
-    mha_st_tensor t;
-    mha_status s = MHA_OK;
-    char want[64], got[64 * 2];
-    if (mha_st_find(st, name, &t) != MHA_OK) {
-        s = mha__fail(MHA_ERR_MISSING, "missing tensor '%s'", name);
-    } else if (t.dtype != MHA_DTYPE_F32) {
-        s = mha__fail(MHA_ERR_DTYPE, "tensor '%s' has dtype %s; optimizer state is F32", name,
-                      mha_dtype_name(t.dtype));
-    } else {
-        bool same = t.ndim == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) same = t.shape[d] == p->shape[d];
-        if (!same) {
-            shape_str(got, sizeof got, t.ndim, t.shape);
-            shape_str(want, sizeof want, p->ndim, p->shape);
-            s = mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape %s, expected %s", name, got,
-                          want);
-        }
-    }
-    if (s == MHA_OK) s = mha_st_tensor_to_f32(&t, dst, p->numel);
-    /* exp_avg_sq and max_exp_avg_sq are sums of squares */
-    const bool nonneg = kind == OPT_ADAMW && k >= 1;
-    for (size_t j = 0; s == MHA_OK && j < p->numel; j++)
-        if (!isfinite(dst[j]) || (nonneg && dst[j] < 0.0f))
-            s = mha__fail(MHA_ERR_FORMAT, "tensor '%s' holds %g at element %zu%s", name,
-                          (double)dst[j], j, nonneg ? " (must be finite and >= 0)" : " (must be finite)");
-    mha__free(name);
-    return s;
-}
-
-static mha_status load_st(mha_optimizer *o, const mha_st *st) {
+static mha_status load_st(const mha_st *st, void *arg) {
+    mha_optimizer *o = arg;
     mha_adamw_config a = o->adamw;
     mha_sgd_config sc = o->sgd;
     int64_t step = 0;
@@ -811,31 +591,22 @@ static mha_status load_st(mha_optimizer *o, const mha_st *st) {
     if (s != MHA_OK) return s;
     const int ns = n_state_tensors(o->kind, &a, &sc, step);
     float *fresh[MAX_STATES];
-    s = alloc_states(fresh, n_state_arrays(o->kind, &a, &sc), o->scalars);
+    s = alloc_states(fresh, n_state_arrays(o->kind, &a, &sc), o->ps->floats);
     if (s != MHA_OK) return s;
-    for (size_t i = 0; i < o->n_params && s == MHA_OK; i++) {
-        mha_param p;
-        s = opt_param(o, i, &p);
-        for (int k = 0; k < ns && s == MHA_OK; k++)
-            s = read_state(o->kind, k, st, &p, fresh[k] + o->off[i]);
-    }
-    /* every tensor was one of those: anything more has no place */
-    if (s == MHA_OK && mha_st_count(st) != o->n_params * (size_t)ns) {
-        for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
-            mha_st_tensor t;
-            s = mha_st_get(st, i, &t);
-            if (s != MHA_OK) break;
-            const char *dot = strchr(t.name, '.');
-            int k = -1;
-            for (int j = 0; dot && j < ns; j++)
-                if (strlen(state_name(o->kind, j)) == (size_t)(dot - t.name) &&
-                    !strncmp(t.name, state_name(o->kind, j), (size_t)(dot - t.name)))
-                    k = j;
-            if (k < 0 || !opt_has_param(o, dot + 1))
-                s = mha__fail(MHA_ERR_MISSING, "unexpected tensor '%s'", t.name);
+    const mha__param_views views = state_views(o, ns, fresh);
+    s = mha__params_read(o->ps, &views, st, true, NULL, NULL);
+    if (s == MHA_ERR_NONFINITE) s = MHA_ERR_FORMAT; /* the detail names the tensor */
+    /* exp_avg_sq and max_exp_avg_sq are sums of squares */
+    const mha_params *ps = o->ps;
+    for (int k = 1; s == MHA_OK && o->kind == OPT_ADAMW && k < ns; k++)
+        for (size_t i = 0; s == MHA_OK && i < ps->n; i++) {
+            const float *v = fresh[k] + (ps->p[i].data - ps->arena);
+            for (size_t j = 0; s == MHA_OK && stepped(o, i) && j < ps->p[i].numel; j++)
+                if (v[j] < 0.0f)
+                    s = mha__fail(MHA_ERR_FORMAT,
+                                  "tensor '%s%s' holds %g at element %zu (must be finite and >= 0)",
+                                  adamw_state_names[k], ps->p[i].name, (double)v[j], j);
         }
-        if (s == MHA_OK) s = mha__fail(MHA_ERR_MISSING, "unexpected tensors");
-    }
     if (s != MHA_OK) {
         free_states(fresh);
         return s;
@@ -850,16 +621,5 @@ static mha_status load_st(mha_optimizer *o, const mha_st *st) {
 
 mha_status mha_optimizer_load(mha_optimizer *o, const char *path) {
     if (!o || !path) return mha__fail(MHA_ERR_ARGUMENT, "mha_optimizer_load: NULL argument");
-    mha_st *st = NULL;
-    mha_status s = mha_st_read_file(path, &st);
-    if (s == MHA_OK) {
-        s = load_st(o, st);
-        mha_st_free(st);
-    }
-    if (s != MHA_OK) {
-        char detail[400];
-        snprintf(detail, sizeof detail, "%s", mha_last_error());
-        return mha__fail(s, "%s: %s", path, detail);
-    }
-    return MHA_OK;
+    return mha__st_load(path, load_st, o);
 }
