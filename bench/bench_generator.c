@@ -11,6 +11,7 @@
  * Each figure is the minimum over the repetitions (the machine may be
  * shared: short runs, many of them, interleaved between the variants).
  * Usage: bench_generator [elements] [reps]   (default 1000000, 30) */
+#define MHA_UNSTABLE /* mha_runtime_set_isa */
 #include "generator/generator.h"
 #include "mha.h"
 

@@ -2,6 +2,7 @@
  * runs, median and minimum), reports useful GFLOP/s, the kernels and BLAS in
  * use, peak memory, and checks the result once against the reference
  * kernels. */
+#define MHA_UNSTABLE /* mha_runtime_set_isa, the tapes' sizes */
 #include "cli.h"
 #include "mha.h"
 

@@ -4,16 +4,20 @@
  * everything public is declared here.
  *
  * Map (the sections below, in order):
- *   Status codes        mha_status, mha_last_error()
- *   Generator           PyTorch's CPU generator: seeds, uniform, normal, dropout
- *   Chapter 3           simplified self-attention; the five attention modules
- *                       (mha_config, mha_module): create, forward, trace
+ *   Status codes        mha_status, mha_status_name(), mha_last_error()
+ *   Generator           PyTorch's CPU generator: seeds, uniform, normal,
+ *                       dropout, nn.Linear / nn.Embedding init
+ *   Chapter 3           the simplified self-attention; the five attention
+ *                       modules (mha_config, mha_module): create, forward,
+ *                       training-mode dropout, trace
  *   Parameters          one parameter set (mha_params) for modules and GPTs:
- *                       names, data, gradients
- *   Training            tapes, backward, AdamW and SGD (mha_optimizer)
- *   Safetensors         reading and writing files; module save and load
+ *                       state_dict() names, data, one gradient buffer
+ *   Training            tapes and backward of the modules; AdamW and SGD
+ *                       (mha_optimizer) over any parameter set
+ *   safetensors         reading and writing files; module save and load
  *   Chapter 4           LayerNorm, GELU, TransformerBlock, GPTModel (mha_gpt):
- *                       forward, KV cache, generation, training, save and load
+ *                       forward, KV cache, generation, save and load, tape,
+ *                       backward, cross-entropy
  *   Tokenizer           GPT-2's byte-level BPE (mha_tokenizer)
  *   Runtime             kernels, GEMM backend, threads
  *   Unstable            entries for tests and benchmarks (MHA_UNSTABLE)
@@ -193,7 +197,7 @@ MHA_API mha_status mha_generator_embedding_init(mha_generator *g,
                                         int64_t padding_idx);
 
 /* ------------------------------------------------------------------------ */
-/* Simplified self-attention (section 3.3): no weights                       */
+/* Chapter 3: simplified self-attention (section 3.3), no weights            */
 /* ------------------------------------------------------------------------ */
 
 /* scores = X X^T; weights = softmax(scores, dim=-1) (no scaling, no mask);
@@ -204,7 +208,7 @@ MHA_API mha_status mha_simple_attention_forward(float *context /* [out] (T, D) *
                                         int64_t T, int64_t D);
 
 /* ------------------------------------------------------------------------ */
-/* The book's modules                                                        */
+/* Chapter 3: the attention modules                                          */
 /* ------------------------------------------------------------------------ */
 
 typedef enum {
@@ -262,51 +266,6 @@ MHA_API void mha_module_free(mha_module *m);
 /* The configuration the module was created with. */
 MHA_API const mha_config *mha_module_config_of(const mha_module *m);
 
-/* One parameter tensor, named as in PyTorch's state_dict(). data belongs to
- * the module: it may be read and written (to set weights) while the module
- * lives. */
-typedef struct {
-    const char *name;   /* "W_query.weight", "heads.1.W_key.bias", ... */
-    int ndim;           /* 1 or 2 */
-    int64_t shape[2];
-    size_t numel;
-    float *data;
-} mha_param;
-
-/* A parameter set: the named tensors of a module (mha_module_params) or a
- * GPT (mha_gpt_params), in PyTorch's state_dict() order (a module's mask
- * buffer is not one), their floats in one arena and their gradients in one
- * gradient arena laid out as it. The set belongs to its module or model:
- * valid until that is freed, used from one thread at a time. Parameter i's
- * data points into the arena; its gradient (mha_params_grad) is PyTorch's
- * .grad, allocated zeroed at the first call that needs it, accumulated by
- * the backward passes ([acc], as autograd does) until zeroed. A GPT's tied
- * head: "out_head.weight" is listed (and saved) with tok_emb.weight's data
- * and gradient, and updated and counted once. Every call with a NULL set
- * fails with ERR_ARGUMENT (count and scalars give 0). */
-typedef struct mha_params mha_params;
-MHA_API mha_params *mha_module_params(mha_module *m);
-/* Parameters in state_dict() order; their number of scalars, each counted
- * once (2,360,064 for GPT-2's attention; 163,009,536 for GPT_CONFIG_124M
- * untied). */
-MHA_API size_t mha_params_count(const mha_params *ps);
-MHA_API int64_t mha_params_scalars(const mha_params *ps);
-/* Parameter i (ERR_ARGUMENT out of range), or by name (ERR_MISSING). */
-MHA_API mha_status mha_params_get(const mha_params *ps, size_t i, mha_param *out);
-MHA_API mha_status mha_params_find(const mha_params *ps, const char *name, mha_param *out);
-/* The gradient of parameter i or name: same name, ndim, shape and numel,
- * data its gradient (read and write). ERR_NOMEM when the gradients cannot
- * be allocated. */
-MHA_API mha_status mha_params_grad(mha_params *ps, size_t i, mha_param *out);
-MHA_API mha_status mha_params_find_grad(mha_params *ps, const char *name, mha_param *out);
-/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
-MHA_API mha_status mha_params_zero_grad(mha_params *ps);
-/* Every gradient as one buffer of *n = mha_params_scalars() floats (n may
- * be NULL), laid out as the arena: parameter i's gradient starts at its
- * data's offset from parameter 0's data. What a data-parallel all-reduce
- * sums. NULL (the error recorded) when ps is NULL or it cannot be
- * allocated. */
-MHA_API float *mha_params_grad_buffer(mha_params *ps, size_t *n);
 /* ERR_NONFINITE when any parameter holds NaN or infinity (detail names it). */
 MHA_API mha_status mha_module_check_finite(const mha_module *m);
 
@@ -383,7 +342,68 @@ MHA_API mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */
                                      mha_trace_fn fn, void *user);
 
 /* ------------------------------------------------------------------------ */
-/* Training: backward, gradients                                             */
+/* Parameters: one set for modules and GPTs                                  */
+/* ------------------------------------------------------------------------ */
+
+/* One parameter tensor, named as in PyTorch's state_dict(). data belongs to
+ * the module: it may be read and written (to set weights) while the module
+ * lives. */
+typedef struct {
+    const char *name;   /* "W_query.weight", "heads.1.W_key.bias", ... */
+    int ndim;           /* 1 or 2 */
+    int64_t shape[2];
+    size_t numel;
+    float *data;
+} mha_param;
+
+/* A parameter set: the named tensors of a module (mha_module_params) or a
+ * GPT (mha_gpt_params), in PyTorch's state_dict() order (a module's mask
+ * buffer is not one), their floats in one arena and their gradients in one
+ * gradient arena laid out as it. The set belongs to its module or model:
+ * valid until that is freed, used from one thread at a time. Parameter i's
+ * data points into the arena; its gradient (mha_params_grad) is PyTorch's
+ * .grad, allocated zeroed at the first call that needs it, accumulated by
+ * the backward passes ([acc], as autograd does) until zeroed. A GPT's tied
+ * head: "out_head.weight" is listed (and saved) with tok_emb.weight's data
+ * and gradient, and updated and counted once. Every call with a NULL set
+ * fails with ERR_ARGUMENT (count and scalars give 0). */
+typedef struct mha_params mha_params;
+/* A module's: "W_query.weight", ..., "out_proj.bias" (as its class's
+ * state_dict() lists them; the wrapper's "heads.0.W_query.weight", ...). */
+MHA_API mha_params *mha_module_params(mha_module *m);
+typedef struct mha_gpt mha_gpt; /* chapter 4 */
+/* A GPT's, in state_dict() order ("tok_emb.weight",
+ * "pos_emb.weight", "trf_blocks.0.att.W_query.weight", ...,
+ * "trf_blocks.0.ff.layers.0.weight", "trf_blocks.0.norm1.scale", ...,
+ * "final_norm.shift", "out_head.weight"; a TransformerBlock's without the
+ * "trf_blocks.N." prefix). With a tied head, "out_head.weight" shares
+ * tok_emb's data and gradient. */
+MHA_API mha_params *mha_gpt_params(mha_gpt *m);
+
+/* Parameters in state_dict() order; their number of scalars, each counted
+ * once (2,360,064 for GPT-2's attention; 163,009,536 for GPT_CONFIG_124M
+ * untied). */
+MHA_API size_t mha_params_count(const mha_params *ps);
+MHA_API int64_t mha_params_scalars(const mha_params *ps);
+/* Parameter i (ERR_ARGUMENT out of range), or by name (ERR_MISSING). */
+MHA_API mha_status mha_params_get(const mha_params *ps, size_t i, mha_param *out);
+MHA_API mha_status mha_params_find(const mha_params *ps, const char *name, mha_param *out);
+/* The gradient of parameter i or name: same name, ndim, shape and numel,
+ * data its gradient (read and write). ERR_NOMEM when the gradients cannot
+ * be allocated. */
+MHA_API mha_status mha_params_grad(mha_params *ps, size_t i, mha_param *out);
+MHA_API mha_status mha_params_find_grad(mha_params *ps, const char *name, mha_param *out);
+/* optimizer.zero_grad(set_to_none=False): every gradient to 0. */
+MHA_API mha_status mha_params_zero_grad(mha_params *ps);
+/* Every gradient as one buffer of *n = mha_params_scalars() floats (n may
+ * be NULL), laid out as the arena: parameter i's gradient starts at its
+ * data's offset from parameter 0's data. What a data-parallel all-reduce
+ * sums. NULL (the error recorded) when ps is NULL or it cannot be
+ * allocated. */
+MHA_API float *mha_params_grad_buffer(mha_params *ps, size_t *n);
+
+/* ------------------------------------------------------------------------ */
+/* Training: tapes, backward, optimizers                                     */
 /* ------------------------------------------------------------------------ */
 
 /* Gradients: those of the module's parameter set (mha_module_params:
@@ -398,7 +418,6 @@ MHA_API mha_status mha_module_forward_traced(mha_module *m, float *y /* [out] */
 typedef struct mha_tape mha_tape;
 MHA_API mha_status mha_tape_create(mha_tape **out);
 MHA_API void mha_tape_free(mha_tape *t);
-/* Bytes the tape holds now. */
 MHA_API size_t mha_tape_bytes(const mha_tape *t);
 
 /* mha_module_forward_ex that also records into tape what the backward needs
@@ -441,9 +460,7 @@ MHA_API mha_status mha_simple_attention_backward(float *dx /* [out] (T, D) */,
                                          const float *dcontext /* [in] (T, D) */,
                                          int64_t T, int64_t D);
 
-/* ------------------------------------------------------------------------ */
-/* Optimizers                                                                */
-/* ------------------------------------------------------------------------ */
+/* ---- Optimizers ---------------------------------------------------------- */
 
 /* torch.optim.AdamW and torch.optim.SGD over every parameter of a set
  * (mha_params: a module's or a GPT's), bit for bit torch 1.13.1 on the
@@ -762,13 +779,6 @@ MHA_API void mha_gpt_free(mha_gpt *m);
 MHA_API const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m);
 MHA_API int mha_gpt_head_tied(const mha_gpt *m);
 
-/* The parameter set (mha_params), in state_dict() order ("tok_emb.weight",
- * "pos_emb.weight", "trf_blocks.0.att.W_query.weight", ...,
- * "trf_blocks.0.ff.layers.0.weight", "trf_blocks.0.norm1.scale", ...,
- * "final_norm.shift", "out_head.weight"; a TransformerBlock's without the
- * "trf_blocks.N." prefix). With a tied head, "out_head.weight" shares
- * tok_emb's data and gradient. */
-MHA_API mha_params *mha_gpt_params(mha_gpt *m);
 
 /* GPTModel forward: idx (B, T) token ids in [0, V), T <= C.
  *   logits [out]: (B, T, V); with last_only, (B, V): the last position's
@@ -857,7 +867,6 @@ MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
 typedef struct mha_gpt_tape mha_gpt_tape;
 MHA_API mha_status mha_gpt_tape_create(mha_gpt_tape **out);
 MHA_API void mha_gpt_tape_free(mha_gpt_tape *t);
-/* Bytes the tape holds now. */
 MHA_API size_t mha_gpt_tape_bytes(const mha_gpt_tape *t);
 
 /* mha_gpt_forward (last_only 0) recording into tape. logits [out]
@@ -1040,6 +1049,15 @@ MHA_API const char *mha_runtime_blas(void);
 MHA_API int mha_runtime_threads(void);
 /* Sets the thread count for compute calls (n >= 1). */
 MHA_API mha_status mha_runtime_set_threads(int n);
+
+/* ------------------------------------------------------------------------ */
+/* Unstable: entries for tests and benchmarks                                */
+/* ------------------------------------------------------------------------ */
+
+/* Declared only where MHA_UNSTABLE is defined before this header is
+ * included (zstd's ZSTD_STATIC_LINKING_ONLY habit): they are exported, but
+ * their names and contracts may change in any release. */
+#if defined(MHA_UNSTABLE) || defined(MHA_BUILDING_LIBRARY)
 /* Switches the kernels at run time: "ref" (the portable reference kernels
  * and GEMM, the oracle), "avx2", "avx512" (MHA_ERR_UNSUPPORTED where the CPU
  * or the build lacks it) or "auto" (the best this CPU supports); every name
@@ -1047,6 +1065,10 @@ MHA_API mha_status mha_runtime_set_threads(int n);
  * compare kernels in one process; not to be called while another thread
  * computes. The GEMM backend's own ISA is fixed at first use. */
 MHA_API mha_status mha_runtime_set_isa(const char *name);
+/* Bytes a tape holds now (its memory, for benchmarks). */
+MHA_API size_t mha_tape_bytes(const mha_tape *t);
+MHA_API size_t mha_gpt_tape_bytes(const mha_gpt_tape *t);
+#endif
 
 #ifdef __cplusplus
 }
