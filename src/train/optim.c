@@ -426,18 +426,10 @@ static inline void sgd_range(bool fused, const sgd_k *k, float *restrict p,
     }
 }
 
-static int max_threads(void) {
-#if defined(MHA_HAVE_OPENMP)
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 /* The first non-finite gradient element (parallel over chunks, reported in
  * parameter order). */
 static mha_status check_gradients(mha_optimizer *o) {
-    const int nt = max_threads();
+    const int nt = mha__max_threads();
     const int64_t nch = (int64_t)o->n_chunks;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt) if (o->scalars >= 4 * CHUNK)
@@ -485,7 +477,7 @@ static void adamw_step(mha_optimizer *o) {
     };
     const bool fused = c->variant == MHA_OPTIM_TORCH_AVX2;
     const int64_t nch = (int64_t)o->n_chunks;
-    const int nt = max_threads();
+    const int nt = mha__max_threads();
     (void)nt;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt) if (o->scalars >= 4 * CHUNK)
@@ -515,7 +507,7 @@ static void sgd_step(mha_optimizer *o) {
     };
     const bool fused = c->variant == MHA_OPTIM_TORCH_AVX2;
     const int64_t nch = (int64_t)o->n_chunks;
-    const int nt = max_threads();
+    const int nt = mha__max_threads();
     (void)nt;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt) if (o->scalars >= 4 * CHUNK)
