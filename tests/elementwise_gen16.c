@@ -6,10 +6,7 @@
  * has them). Plain C: no ISA flags needed. */
 #include "simd_gen16.h"
 
-#define LAYERNORM mha__layernorm_gen16
-#define BIAS_GELU mha__bias_gelu_gen16
-#define RESIDUAL_ADD mha__residual_add_gen16
-#include "kernels/kernels.h"
+#define MHA_KSFX gen16
 #include "kernels/elementwise_body.h"
 #include "isa_variants.h"
 

@@ -14,7 +14,7 @@
  *      tiled shapes and the one-row GEMV, in every kernel set.
  * The thread-count independence of the drivers and of the GPT forward is
  * tests/test_threads.c's. */
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 #include "isa_variants.h"
 #include "test_util.h"
 
@@ -27,7 +27,7 @@ typedef struct {
     const char *name;
     mha__layernorm_fn layernorm;
     mha__bias_gelu_fn bias_gelu;
-    mha__residual_fn residual_add;
+    mha__residual_add_fn residual_add;
 } kset;
 
 static const float NAN_F = NAN, INF_F = INFINITY;

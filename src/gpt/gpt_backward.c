@@ -32,8 +32,7 @@
 #include "attention/attention.h"
 #include "common/common.h"
 #include "generator/generator.h"
-#include "kernels/kernels.h"
-#include "modules/modules.h"
+#include "kernels/drivers.h"
 
 #include <math.h>
 #include <string.h>

@@ -12,7 +12,8 @@
  *   ATTN_BWD_NP      panels per q-block
  *   ATTN_OP_MR       max keys per dK/dV register tile (<= 14)
  *   ATTN_OP_NV       max vectors of head dims per dK/dV register tile (<= 4)
- *   ATTN_BWD, ATTN_BWD_SCRATCH   the names of the two exported functions
+ *   MHA_KSFX         the suffix of the exported names (kernels.h's
+ *                    MHA__KNAME): mha__attn_bwd_<sfx>, mha__attn_bwd_scratch_<sfx>
  * Everything else here is static, so each instantiation is self-contained.
  *
  * Layout: as in the forward, the lanes are queries (a panel is PW
@@ -73,7 +74,7 @@
  *
  * The packing works on 256-bit vectors whatever the layer, as the forward's. */
 #if !defined(ATTN_BWD_KB) || !defined(ATTN_BWD_NP) || !defined(ATTN_OP_MR) || \
-    !defined(ATTN_OP_NV) || !defined(ATTN_BWD) || !defined(ATTN_BWD_SCRATCH)
+    !defined(ATTN_OP_NV) || !defined(MHA_KSFX)
 #error "define the ATTN_BWD_* tunables and names before including attn_bwd_body.h"
 #endif
 
@@ -124,7 +125,7 @@ static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
     return off;
 }
 
-size_t ATTN_BWD_SCRATCH(int64_t T, int64_t HD) {
+size_t MHA__KNAME(attn_bwd_scratch)(int64_t T, int64_t HD) {
     (void)T;
     const size_t hd = HD > 0 ? (size_t)HD : 0u;
     if (hd > SIZE_MAX / 64u / (BQB + BKT + PW)) return SIZE_MAX;
@@ -327,7 +328,7 @@ static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
     prefetch_rows(a->dq, a->lddq, r, e, HD);
 }
 
-void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
+void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     const int64_t T = a->T, HD = a->HD;
     const int64_t kb = a->k_begin > 0 ? a->k_begin : 0, ke = a->k_end < T ? a->k_end : T;
     if (kb >= ke || HD <= 0) return;

@@ -1,8 +1,8 @@
 /* elementwise_body.h — chapter 4's elementwise layers (LayerNorm over rows,
  * bias + GELU, residual add with dropout), written once on a SIMD layer and
  * compiled per ISA (elementwise_avx2.c, elementwise_avx512.c; the tests
- * also compile it on the 16-lane emulation). Their oracles are the
- * reference entries in elementwise.c. Contracts: kernels.h.
+ * also compile it on the 16-lane emulation). Their oracles are the reference entries in
+ * elementwise_ref.c. Contracts: kernels.h.
  *
  * Every output element is a fixed sequence of operations that depends only
  * on its row (LayerNorm) or on itself (the others): not on the rows around
@@ -10,14 +10,16 @@
  * vector of a row goes through the same vector code on a zero-padded copy,
  * so a column's bits do not depend on whether it falls in a tail either.
  *
- * The including file defines LAYERNORM, BIAS_GELU and RESIDUAL_ADD (the
- * functions' names) after including a layer (simd_*.h). */
+ * The including file includes a layer (simd_*.h) and defines MHA_KSFX, the
+ * suffix of the functions' names (kernels.h's MHA__KNAME). */
 #ifndef VW
 #error "include a SIMD layer before elementwise_body.h"
 #endif
-#if !defined(LAYERNORM) || !defined(BIAS_GELU) || !defined(RESIDUAL_ADD)
-#error "define LAYERNORM, BIAS_GELU and RESIDUAL_ADD before including elementwise_body.h"
+#ifndef MHA_KSFX
+#error "define MHA_KSFX before including elementwise_body.h"
 #endif
+
+#include "kernels.h"
 
 #include "simd_exp.h"
 #include "simd_lanes.h"
@@ -45,52 +47,57 @@ VINL void ew_store_part(float *p, vf v, int64_t n) {
  * (biased). Sums: two vector accumulators over pairs of vectors, a last
  * single vector into the first, the two added, lanes in order, the scalar
  * tail in order. 1/sqrt(var + eps) in double. */
-void LAYERNORM(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
-               const float *scale, const float *shift) {
+VINL void ew_moments(const float *xr, int64_t E, float *mean, float *rstd) {
     const int64_t ev = E / VW * VW;
     const float rE = 1.0f / (float)E;
+    vf s0 = vf_zero(), s1 = vf_zero();
+    int64_t k = 0;
+    for (; k + 2 * VW <= ev; k += 2 * VW) {
+        s0 = vf_add(s0, vf_loadu(xr + k));
+        s1 = vf_add(s1, vf_loadu(xr + k + VW));
+    }
+    if (k < ev) s0 = vf_add(s0, vf_loadu(xr + k));
+    float sum = vf_sum_lanes(vf_add(s0, s1));
+    for (k = ev; k < E; k++) sum += xr[k];
+    const float m0 = sum * rE;
+
+    const vf mv0 = vf_set1(m0);
+    vf d0 = vf_zero(), d1 = vf_zero(), q0 = vf_zero(), q1 = vf_zero();
+    for (k = 0; k + 2 * VW <= ev; k += 2 * VW) {
+        const vf a = vf_sub(vf_loadu(xr + k), mv0), b = vf_sub(vf_loadu(xr + k + VW), mv0);
+        d0 = vf_add(d0, a);
+        d1 = vf_add(d1, b);
+        q0 = vf_fmadd(a, a, q0);
+        q1 = vf_fmadd(b, b, q1);
+    }
+    if (k < ev) {
+        const vf a = vf_sub(vf_loadu(xr + k), mv0);
+        d0 = vf_add(d0, a);
+        q0 = vf_fmadd(a, a, q0);
+    }
+    float sd = vf_sum_lanes(vf_add(d0, d1)), sq = vf_sum_lanes(vf_add(q0, q1));
+    for (k = ev; k < E; k++) {
+        const float a = xr[k] - m0;
+        sd += a;
+        sq = __builtin_fmaf(a, a, sq);
+    }
+    const float dm = sd * rE;
+    float var = __builtin_fmaf(-dm, dm, sq * rE);
+    if (!(var > 0.0f)) var = var == var ? 0.0f : var; /* rounding below 0; NaN stays */
+    *mean = m0 + dm;
+    *rstd = (float)(1.0 / sqrt((double)var + 1e-5));
+}
+
+void MHA__KNAME(layernorm)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
+                          const float *scale, const float *shift) {
+    const int64_t ev = E / VW * VW;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
-        vf s0 = vf_zero(), s1 = vf_zero();
-        int64_t k = 0;
-        for (; k + 2 * VW <= ev; k += 2 * VW) {
-            s0 = vf_add(s0, vf_loadu(xr + k));
-            s1 = vf_add(s1, vf_loadu(xr + k + VW));
-        }
-        if (k < ev) s0 = vf_add(s0, vf_loadu(xr + k));
-        float sum = vf_sum_lanes(vf_add(s0, s1));
-        for (k = ev; k < E; k++) sum += xr[k];
-        const float m0 = sum * rE;
-
-        const vf mv0 = vf_set1(m0);
-        vf d0 = vf_zero(), d1 = vf_zero(), q0 = vf_zero(), q1 = vf_zero();
-        for (k = 0; k + 2 * VW <= ev; k += 2 * VW) {
-            const vf a = vf_sub(vf_loadu(xr + k), mv0), b = vf_sub(vf_loadu(xr + k + VW), mv0);
-            d0 = vf_add(d0, a);
-            d1 = vf_add(d1, b);
-            q0 = vf_fmadd(a, a, q0);
-            q1 = vf_fmadd(b, b, q1);
-        }
-        if (k < ev) {
-            const vf a = vf_sub(vf_loadu(xr + k), mv0);
-            d0 = vf_add(d0, a);
-            q0 = vf_fmadd(a, a, q0);
-        }
-        float sd = vf_sum_lanes(vf_add(d0, d1)), sq = vf_sum_lanes(vf_add(q0, q1));
-        for (k = ev; k < E; k++) {
-            const float a = xr[k] - m0;
-            sd += a;
-            sq = __builtin_fmaf(a, a, sq);
-        }
-        const float dm = sd * rE;
-        float var = __builtin_fmaf(-dm, dm, sq * rE);
-        if (!(var > 0.0f)) var = var == var ? 0.0f : var; /* rounding below 0; NaN stays */
-        const float mean = m0 + dm;
-        const float inv = (float)(1.0 / sqrt((double)var + 1e-5));
-
+        float mean, inv;
+        ew_moments(xr, E, &mean, &inv);
         const vf mv = vf_set1(mean), iv = vf_set1(inv);
-        for (k = 0; k < ev; k += VW) {
+        for (int64_t k = 0; k < ev; k += VW) {
             const vf n = vf_mul(vf_sub(vf_loadu(xr + k), mv), iv);
             vf_storeu(yr + k, vf_fmadd(vf_loadu(scale + k), n, vf_loadu(shift + k)));
         }
@@ -114,8 +121,8 @@ VINL vf ew_gelu(vf x) {
     return vf_mul(vf_mul(vf_set1(0.5f), x), vf_add(vf_set1(1.0f), t));
 }
 
-void BIAS_GELU(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t n,
-               const float *bias) {
+void MHA__KNAME(bias_gelu)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t n,
+                          const float *bias) {
     const int64_t nv = n / VW * VW;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
@@ -155,8 +162,8 @@ VINL vf ew_residual(vf xv, vf yv, const float *bias, int64_t k, int64_t part,
     return vf_add(xv, yv);
 }
 
-void RESIDUAL_ADD(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,
-                  const float *bias, const mha__keep_view *keep) {
+void MHA__KNAME(residual_add)(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,
+                             const float *bias, const mha__keep_view *keep) {
     static const int32_t lane_bit[32] = {
         1 << 0,  1 << 1,  1 << 2,  1 << 3,  1 << 4,  1 << 5,  1 << 6,  1 << 7,
         1 << 8,  1 << 9,  1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15,

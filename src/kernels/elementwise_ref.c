@@ -1,15 +1,10 @@
-/* elementwise.c — chapter 4's elementwise layers: the reference kernels
- * (plain C, the oracles of elementwise_body.h's versions) and the row
- * drivers that run the active table's kernels on OpenMP threads.
- * Contracts: kernels.h. */
-#include "common/common.h"
+/* elementwise_ref.c — chapter 4's elementwise layers: the reference kernels
+ * (plain C, the oracles of elementwise_body.h's versions), and the column
+ * sums of the bias gradients. Contracts:
+ * kernels.h; the threaded drivers: rows.c. */
 #include "kernels.h"
 
 #include <math.h>
-
-#if defined(MHA_HAVE_OPENMP)
-#include <omp.h>
-#endif
 
 /* Mean and variance in double (two passes), so the reference is the
  * accurate one the fast kernels are measured against. */
@@ -61,34 +56,9 @@ void mha__residual_add_ref(float *x, int64_t ldx, const float *y, int64_t ldy, i
         }
 }
 
-/* ---- drivers --------------------------------------------------------------- */
+/* ---- column sums ----------------------------------------------------------- */
 
-/* Rows per task and elements per GELU task: fixed, so the split never
- * depends on the thread count (the kernels' results do not depend on it
- * either; fixed blocks keep it obvious). */
-enum { LN_ROWS = 8, GELU_CHUNK = 1 << 14 };
-
-void mha__layernorm_rows(float *y, const float *x, const float *scale, const float *shift,
-                         int64_t rows, int64_t E) {
-    const mha__kernels *k = mha__kernels_active();
-    const int64_t nblk = (rows + LN_ROWS - 1) / LN_ROWS;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (nblk > 1 && (double)rows * (double)E > 1e5)
-#endif
-    for (int64_t b = 0; b < nblk; b++) {
-        const int64_t r0 = b * LN_ROWS, n = rows - r0 < LN_ROWS ? rows - r0 : LN_ROWS;
-        k->layernorm(y + r0 * E, E, x + r0 * E, E, n, E, scale, shift);
-    }
-}
-
-void mha__gelu_n(float *y, const float *x, size_t n) {
-    const mha__kernels *k = mha__kernels_active();
-    const int64_t nblk = (int64_t)((n + GELU_CHUNK - 1) / GELU_CHUNK);
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (nblk > 1)
-#endif
-    for (int64_t b = 0; b < nblk; b++) {
-        const size_t i = (size_t)b * GELU_CHUNK, m = n - i < GELU_CHUNK ? n - i : GELU_CHUNK;
-        k->bias_gelu(y + i, 0, x + i, 0, 1, (int64_t)m, NULL);
-    }
+void mha__colsum_ref(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < n; c++) s[c] += (double)a[r * lda + c];
 }
