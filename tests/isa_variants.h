@@ -32,5 +32,7 @@ void vtanh_array_avx512(const float *x, float *y, size_t n);
 mha__layernorm_kernel mha__layernorm_gen16;
 mha__bias_gelu_kernel mha__bias_gelu_gen16;
 mha__residual_add_kernel mha__residual_add_gen16;
+mha__layernorm_backward_kernel mha__layernorm_backward_gen16;
+mha__gelu_backward_kernel mha__gelu_backward_gen16;
 
 #endif

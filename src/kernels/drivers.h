@@ -65,6 +65,15 @@ void mha__layernorm_rows(float *y, const float *x, const float *scale, const flo
 /* y[i] = gelu(x[i]), i < n: mha_gelu_forward. */
 void mha__gelu_n(float *y, const float *x, size_t n);
 
+/* LayerNorm's backward over rows of E: dx += the pull-back of dy (the
+ * layernorm_backward kernel), g_scale += colsum(dy * xhat), g_shift +=
+ * colsum(dy); scratch (rows, E) holds dy * xhat. */
+void mha__layernorm_backward_rows(float *dx, const float *dy, const float *x, const float *scale,
+                                  float *g_scale, float *g_shift, float *scratch, int64_t rows,
+                                  int64_t E);
+/* d[i] *= gelu'(f[i]), i < n (the gelu_backward kernel). */
+void mha__gelu_backward_n(float *d, const float *f, int64_t n);
+
 /* acc[c] += the sum over rows r, in order, of a[r * lda + c], c < n, summed
  * in double and rounded once (the colsum kernel on blocks of columns): a
  * bias's gradient. */

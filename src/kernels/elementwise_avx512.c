@@ -1,5 +1,5 @@
 /* elementwise_avx512.c — elementwise_body.h on AVX-512 (16 lanes): the
- * avx512 entries of layernorm, bias_gelu and residual_add. */
+ * avx512 entries of layernorm, bias_gelu, residual_add and their backwards. */
 #define MHA_KSFX avx512
 #include "simd_avx512.h"
 #include "elementwise_body.h"

@@ -1,6 +1,6 @@
-/* elementwise_ref.c — chapter 4's elementwise layers: the reference kernels
- * (plain C, the oracles of elementwise_body.h's versions), and the column
- * sums of the bias gradients. Contracts:
+/* elementwise_ref.c — chapter 4's elementwise layers and their backwards:
+ * the reference kernels (plain C, the oracles of elementwise_body.h's
+ * versions), and the column sums of the bias gradients. Contracts:
  * kernels.h; the threaded drivers: rows.c. */
 #include "kernels.h"
 
@@ -56,7 +56,45 @@ void mha__residual_add_ref(float *x, int64_t ldx, const float *y, int64_t ldy, i
         }
 }
 
-/* ---- column sums ----------------------------------------------------------- */
+/* ---- backwards ------------------------------------------------------------- */
+
+/* Per row, in double: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat *
+ * xhat)), dxhat = dy * scale, with the mean and rstd of the forward
+ * (mha__layernorm_moments_ref, rounded to float as there). */
+void mha__layernorm_backward_ref(float *dx, float *dyxhat, const float *dy, const float *x, int64_t rows,
+                                 int64_t E, const float *scale) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * E, *gy = dy + r * E;
+        float *sr = dyxhat + r * E, *gx = dx + r * E;
+        float mf, inv;
+        mha__layernorm_moments_ref(xr, E, &mf, &inv);
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t i = 0; i < E; i++) {
+            const float xh = (xr[i] - mf) * inv;
+            const double dxh = (double)gy[i] * (double)scale[i];
+            s1 += dxh;
+            s2 += dxh * (double)xh;
+            sr[i] = gy[i] * xh;
+        }
+        s1 /= (double)E;
+        s2 /= (double)E;
+        for (int64_t i = 0; i < E; i++) {
+            const double xh = (double)((xr[i] - mf) * inv), dxh = (double)gy[i] * (double)scale[i];
+            gx[i] += (float)((double)inv * (dxh - s1 - xh * s2));
+        }
+    }
+}
+
+/* d *= gelu'(f), the exact derivative of the tanh form, in double:
+ *   0.5 (1 + t) + 0.5 f (1 - t^2) c (1 + 3 k f^2), t = tanh(c (f + k f^3)). */
+void mha__gelu_backward_ref(float *d, const float *f, int64_t n) {
+    const double c = sqrt(2.0 / 3.14159265358979323846), k = 0.044715;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = (double)f[i], t = tanh(c * (x + k * x * x * x));
+        const double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * k * x * x);
+        d[i] = (float)((double)d[i] * g);
+    }
+}
 
 void mha__colsum_ref(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
     for (int64_t r = 0; r < rows; r++)

@@ -161,9 +161,10 @@ typedef struct {
 /* ---- Elementwise (chapter 4) ---------------------------------------------
  * Row kernels on rows of a strided (rows, n) block. Each output element is
  * computed the same way whatever the rows or columns around it: LayerNorm's
- * from its row alone, the others' from the element alone. The fast versions share one body (elementwise_body.h); the
+ * (and its backward's) from its row alone, the others' from the element
+ * alone. The fast versions share one body (elementwise_body.h); the
  * reference versions are plain C (elementwise_ref.c). NaN and inf propagate
- * as in the reference.
+ * as in the reference (the backwards' exceptions said there).
  *
  * "layernorm": y = scale * (x - mean) / sqrt(var + 1e-5) + shift per row of
  *     E, var biased. y may equal x (ldy == ldx).
@@ -171,6 +172,14 @@ typedef struct {
  *     bias (n) or NULL. y may equal x (ldy == ldx).
  * "residual_add": x += drop(y + bias) over (rows, n); bias (n) or NULL (then
  *     y as it is); keep NULL: no dropout.
+ * "layernorm_backward": over rows of E (contiguous), with xhat = (x - mean)
+ *     * rstd, the row's moments as the same table's "layernorm" rounds them,
+ *     and dxhat = dy * scale:
+ *       dx    += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))  [acc]
+ *       dyxhat = dy * xhat   [out] (its column sums: the scale's gradient)
+ *     ref: sums in double; the vector body: in float.
+ * "gelu_backward": d[i] *= gelu'(f[i]), the exact derivative of the tanh form.
+ *     ref: in double with libm's tanh; the vector body: in float (see there).
  * "colsum": s[c] += the sum over rows r = 0, 1, ..., in that order, of
  *     a[r * lda + c] in double, for c < n: a bias's gradient (its rows in
  *     order, so the bits do not depend on how the caller splits columns). */
@@ -186,7 +195,7 @@ typedef struct {
 } mha__keep_view;
 
 /* A row's mean and 1/sqrt(biased variance + 1e-5), both summed in double
- * (the reference LayerNorm's; the GPT backward recomputes them with it). */
+ * (the reference LayerNorm's and its backward's). */
 void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *rstd);
 
 /* ---- The generator's bulk steps (mt_ref.c, mt_avx2.c) --------------------
@@ -240,6 +249,11 @@ static inline bool mha__dropout_keep_of(uint64_t r, double p) { return mha__u53_
       (float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,                \
        const float *bias, const mha__keep_view *keep),                                             \
       Y, Y)                                                                                        \
+    X(layernorm_backward, void,                                                                    \
+      (float *dx, float *dyxhat, const float *dy, const float *x, int64_t rows, int64_t E,         \
+       const float *scale),                                                                        \
+      Y, Y)                                                                                        \
+    X(gelu_backward, void, (float *d, const float *f, int64_t n), Y, Y)                            \
     X(colsum, void, (double *s, const float *a, int64_t rows, int64_t n, int64_t lda), N, N)       \
     X(mt_twist, void, (uint32_t *st), Y, N)                                                        \
     X(mt_temper, void, (const uint32_t *src, uint32_t *dst, size_t n), Y, N)                       \

@@ -53,6 +53,30 @@ void mha__gelu_n(float *y, const float *x, size_t n) {
     for_blocks(&j, gelu_block, (int64_t)n, GELU_CHUNK, true);
 }
 
+static void layernorm_backward_block(const job *j, int64_t r0, int64_t n) {
+    const int64_t o = r0 * j->E;
+    j->k->layernorm_backward(j->out + o, j->out2 + o, j->in + o, j->in2 + o, n, j->E, j->w);
+}
+
+void mha__layernorm_backward_rows(float *dx, const float *dy, const float *x, const float *scale,
+                                  float *g_scale, float *g_shift, float *scratch, int64_t rows,
+                                  int64_t E) {
+    const job j = {.k = mha__kernels_active(), .out = dx, .out2 = scratch, .in = dy, .in2 = x, .w = scale,
+                   .E = E};
+    for_blocks(&j, layernorm_backward_block, rows, LN_ROWS, (double)rows * (double)E > 1e5);
+    mha__colsum_acc(g_scale, scratch, rows, E, E);
+    mha__colsum_acc(g_shift, dy, rows, E, E);
+}
+
+static void gelu_backward_block(const job *j, int64_t i, int64_t n) {
+    j->k->gelu_backward(j->out + i, j->in + i, n);
+}
+
+void mha__gelu_backward_n(float *d, const float *f, int64_t n) {
+    const job j = {.k = mha__kernels_active(), .out = d, .in = f};
+    for_blocks(&j, gelu_backward_block, n, GELU_CHUNK, n > 100000);
+}
+
 /* Columns over threads, never rows: each column's sum is one kernel call's,
  * its rows in order. */
 static void colsum_block(const job *j, int64_t c0, int64_t n) {
