@@ -60,7 +60,8 @@ int main(int argc, char **argv) {
         if (mha_gpt_zero_grad(m) != MHA_OK) return die("zero_grad");
         mha_generator_manual_seed(g, 7);
         const double t0 = now_ms();
-        if (mha_gpt_loss_backward(m, &loss, NULL, idx, tgt, B, T, g, tape) != MHA_OK) return die("loss_backward");
+        const mha_status st = mha_gpt_loss_backward(m, &loss, NULL, idx, tgt, B, T, g, tape);
+        if (st != MHA_OK) return die("loss_backward");
         if (r >= 0) ms[r] = now_ms() - t0;
         else first_loss = (double)loss;
     }
