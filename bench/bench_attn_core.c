@@ -187,7 +187,7 @@ static bool check_bwd(const shape *s, const float *qkv, const float *out, const 
     const int64_t T = s->T, HD = s->HD, D = s->H * HD, ld = 3 * D;
     float *g = malloc(sizeof(float) * (size_t)(3 * T * HD)); /* dq, dk, dv: (T, HD) each */
     float *delta = malloc(sizeof(float) * (size_t)T);
-    float *scr = malloc(sizeof(float) * mha__attn_bwd_ref_scratch(T, HD));
+    float *scr = malloc(sizeof(float) * mha__attn_bwd_scratch_ref(T, HD));
     double err = 0.0, gmax = 0.0;
     const int64_t heads[2][2] = {{0, 0}, {s->B - 1, s->H - 1}};
     for (int hk = 0; hk < 2; hk++) {
@@ -333,7 +333,7 @@ int main(int argc, char **argv) {
             run_core(s, qkv, out, lse, stats, ks[k], ws[k], ws_size[k], 2);
             float *ref = malloc(sizeof(float) * (size_t)(s->T * D));
             float *rl = malloc(sizeof(float) * (size_t)s->T);
-            float *rs = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(s->T, s->HD));
+            float *rs = malloc(sizeof(float) * mha__attn_fwd_scratch_ref(s->T, s->HD));
             double md = 0.0, mo = 0.0, ml = 0.0;
             const int64_t heads[2][2] = {{0, 0}, {s->B - 1, s->H - 1}};
             for (int hk = 0; hk < 2; hk++) {

@@ -21,7 +21,7 @@
  *   --json       one JSON line instead of the table:
  *                {"backend": ..., "corename": ..., "threads": ..., "mha_blas": ...,
  *                 "results": [{"m", "n", "k", "trans_b", "min_ms", "median_ms", "gflops"}]} */
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 #include "mha.h"
 
 #include <dlfcn.h>

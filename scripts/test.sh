@@ -38,8 +38,8 @@ fi
 warn="-DMHA_WERROR=ON"
 # A compiler cache for the suite's builds, in its own directory unless the
 # user has one: the OpenBLAS build's objects are the release build's but for
-# gemm.c and dispatch.c, and a second run of the suite recompiles nothing
-# that did not change.
+# its backend file (src/kernels/gemm_openblas.c), and a second run of the
+# suite recompiles nothing that did not change.
 launcher=(-DCMAKE_C_COMPILER_LAUNCHER=) # none (and none left from a run that had one)
 if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)

@@ -8,11 +8,7 @@
 #include "kernels/simd_avx2.h"
 
 #define ATTN_TUNE_AVX512
-#define ATTN_FWD mha__attn_fwd_avx2w32
-#define ATTN_FWD_SCRATCH mha__attn_fwd_avx2w32_scratch
-#define ATTN_BWD mha__attn_bwd_avx2w32
-#define ATTN_BWD_SCRATCH mha__attn_bwd_avx2w32_scratch
-#define GEMM_PACKED mha__gemm_packed_avx2w32
+#define MHA_KSFX avx2w32
 
 #include "kernels/attn_tunables.h"
 #include "kernels/attn_fwd_body.h"

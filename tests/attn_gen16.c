@@ -9,11 +9,7 @@
 #include "simd_gen16.h"
 
 #define ATTN_TUNE_AVX512
-#define ATTN_FWD mha__attn_fwd_gen16
-#define ATTN_FWD_SCRATCH mha__attn_fwd_gen16_scratch
-#define ATTN_BWD mha__attn_bwd_gen16
-#define ATTN_BWD_SCRATCH mha__attn_bwd_gen16_scratch
-#define GEMM_PACKED mha__gemm_packed_gen16
+#define MHA_KSFX gen16
 
 #include "kernels/attn_tunables.h"
 #include "kernels/attn_fwd_body.h"

@@ -8,7 +8,8 @@ line on stderr saying "out of memory"; never a signal, another status, or
 more than 5 seconds to fail (or, in a build without BLAS, longer than a
 success takes) (OpenBLAS, which retries a failed buffer allocation
 forever, and oneDNN, which crashes when its first-call set-up cannot map
-its code, are guarded by probes: src/kernels/gemm.c). At least one limit of
+its code, are guarded by probes: src/kernels/gemm_openblas.c and
+gemm_onednn.c). At least one limit of
 each command must fail with "out of memory" and the largest must succeed.
 The sweep of a command stops at its first success (then only the largest
 limit, run first to time a success, is left): a run that succeeded under a

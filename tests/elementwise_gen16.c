@@ -1,15 +1,13 @@
 /* elementwise_gen16.c — test-only: elementwise_body.h on the portable
  * 16-lane emulation of the AVX-512 layer (simd_gen16.h), i.e. what
- * mha__layernorm_avx512, mha__bias_gelu_avx512 and mha__residual_add_avx512
+ * mha__layernorm_avx512, mha__bias_gelu_avx512, mha__residual_add_avx512 and
+ * the backwards mha__layernorm_backward_avx512, mha__gelu_backward_avx512
  * compute, bit for bit, so that test_elementwise tests the AVX-512 body on
  * CPUs without AVX-512 (and checks it against the real kernels where the CPU
  * has them). Plain C: no ISA flags needed. */
 #include "simd_gen16.h"
 
-#define LAYERNORM mha__layernorm_gen16
-#define BIAS_GELU mha__bias_gelu_gen16
-#define RESIDUAL_ADD mha__residual_add_gen16
-#include "kernels/kernels.h"
+#define MHA_KSFX gen16
 #include "kernels/elementwise_body.h"
 #include "isa_variants.h"
 

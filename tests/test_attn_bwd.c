@@ -112,7 +112,7 @@ static void head_fill(head *h, int64_t T, int64_t HD, int64_t ld, int64_t qo, in
 
     /* the forward (reference) for the stats and O; delta = rowsum(dO * O) */
     float *o = malloc(sizeof(float) * (size_t)(T * HD));
-    float *scr = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(T, HD));
+    float *scr = malloc(sizeof(float) * mha__attn_fwd_scratch_ref(T, HD));
     mha__attn_args f;
     memset(&f, 0, sizeof f);
     f.o = o;
@@ -280,7 +280,7 @@ static void check_head(const head *h, int64_t kb, int64_t ke, bool dq_random, co
     for (int64_t i = 0; i < T * ref.ldg; i++) dq0[i] = dq_random ? rng_uniform() : 0.0f;
     grads_init(&ref, T, dq0);
     mha__attn_bwd_args a = bwd_args(h, &ref, kb, ke);
-    run(mha__attn_bwd_ref, mha__attn_bwd_ref_scratch, &a);
+    run(mha__attn_bwd_ref, mha__attn_bwd_scratch_ref, &a);
 
     const int64_t q0 = h->causal ? kb : 0; /* the dq rows that may change */
     double gmax = 0.0, unused = 0.0;
@@ -479,11 +479,11 @@ int main(void) {
         kern[n_kern++] =
             (bwd_kernel){"avx2", k_avx2->attn_bwd, k_avx2->attn_bwd_scratch, 0, -1, 1};
         w32 = n_kern++;
-        kern[w32] = (bwd_kernel){"avx2w32", mha__attn_bwd_avx2w32, mha__attn_bwd_avx2w32_scratch,
+        kern[w32] = (bwd_kernel){"avx2w32", mha__attn_bwd_avx2w32, mha__attn_bwd_scratch_avx2w32,
                                  0, -1, 1};
         /* the emulation is slow (under ASan above all): every other case
          * of sections 1 and 2, and all of section 3 */
-        kern[n_kern++] = (bwd_kernel){"gen16", mha__attn_bwd_gen16, mha__attn_bwd_gen16_scratch, 0,
+        kern[n_kern++] = (bwd_kernel){"gen16", mha__attn_bwd_gen16, mha__attn_bwd_scratch_gen16, 0,
                                       w32, 2};
     }
 #endif

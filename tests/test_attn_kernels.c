@@ -320,7 +320,7 @@ static void check_case(int64_t T, int64_t HD, int64_t pad, bool causal, mha__dro
     mha__attn_args a = head_args(&h, o_ref, l_ref, causal, drop, p);
     a.q_begin = qb;
     a.q_end = qe;
-    float *scr = malloc(sizeof(float) * mha__attn_fwd_ref_scratch(T, HD));
+    float *scr = malloc(sizeof(float) * mha__attn_fwd_scratch_ref(T, HD));
     mha__attn_fwd_ref(&a, scr);
     free(scr);
 
@@ -534,9 +534,9 @@ int main(void) {
          * AVX-512 layer: lane-wise ops, so the same bits */
         const int w32 = n_fast++;
         fast[w32] = (fast_kernel){"avx2w32", mha__attn_fwd_avx2w32,
-                                  mha__attn_fwd_avx2w32_scratch, 0, 0, -1};
+                                  mha__attn_fwd_scratch_avx2w32, 0, 0, -1};
         gen16 = n_fast++;
-        fast[gen16] = (fast_kernel){"gen16", mha__attn_fwd_gen16, mha__attn_fwd_gen16_scratch, 0,
+        fast[gen16] = (fast_kernel){"gen16", mha__attn_fwd_gen16, mha__attn_fwd_scratch_gen16, 0,
                                     0, w32};
     }
 #endif

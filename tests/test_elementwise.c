@@ -9,12 +9,16 @@
  *      lengths 1, 7, 15, 17, 768, 769, strided rows, in place, NaN and inf
  *      inputs, tails computed as the vector body computes them, the
  *      residual add bit for bit (the same three IEEE operations);
- *   3. mha__sgemm_epilogue (the GEMM's tiles, then the kernels per tile)
+ *   3. the backwards of LayerNorm and GELU of every fast kernel set against
+ *      the reference's (in double) within the tolerances stated there, the
+ *      same row lengths, tails as the vector body computes them, GELU's
+ *      lane-wise bits equal across the layers;
+ *   4. mha__sgemm_epilogue (the GEMM's tiles, then the kernels per tile)
  *      equals the GEMM followed by the kernels over the whole result, for
  *      tiled shapes and the one-row GEMV, in every kernel set.
  * The thread-count independence of the drivers and of the GPT forward is
  * tests/test_threads.c's. */
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 #include "isa_variants.h"
 #include "test_util.h"
 
@@ -27,8 +31,15 @@ typedef struct {
     const char *name;
     mha__layernorm_fn layernorm;
     mha__bias_gelu_fn bias_gelu;
-    mha__residual_fn residual_add;
+    mha__residual_add_fn residual_add;
+    mha__layernorm_backward_fn layernorm_backward;
+    mha__gelu_backward_fn gelu_backward;
 } kset;
+
+/* The elementwise entries of a table. */
+static kset kset_of(const char *name, const mha__kernels *k) {
+    return (kset){name, k->layernorm, k->bias_gelu, k->residual_add, k->layernorm_backward, k->gelu_backward};
+}
 
 static const float NAN_F = NAN, INF_F = INFINITY;
 
@@ -237,7 +248,118 @@ static void test_residual(const kset *k, const kset *ref) {
         }
 }
 
-/* ---- 3. the GEMM's epilogue ------------------------------------------------ */
+/* ---- 3. the backwards ----------------------------------------------------- */
+
+/* LayerNorm's backward: dx (accumulated into random values) and dy * xhat
+ * against the reference's. The fast body takes the moments and sums in
+ * float, the reference in double: xhat may differ by what the forward's
+ * test allows (2e-6 of 1 + |xhat|), and each value's error is measured
+ * against the size of what it is made of: |dx0| + rstd (|dxhat| + mean
+ * |dxhat| + (1 + |xhat|) mean |dxhat xhat|) for dx, |dy| (1 + |xhat|) for
+ * dy * xhat; at most 2e-6 of it. */
+static void test_layernorm_backward(const kset *k, const kset *ref) {
+    double worst_all = 0.0, worst_s_all = 0.0;
+    for (int li = 0; li < NLENS; li++) {
+        const int64_t E = LENS[li], n = ROWS * E;
+        float *x = falloc((size_t)n), *dy = falloc((size_t)n), *dx = falloc((size_t)n), *dxr = falloc((size_t)n);
+        float *s = falloc((size_t)n), *sr = falloc((size_t)n), *scale = falloc((size_t)E);
+        fill_row(scale, E, 1.0f, 0.5f);
+        const float offs[ROWS] = {0.0f, 50.0f, -3.0f, 1.0f, 0.0f}, spr[ROWS] = {2.0f, 1.0f, 1e-3f, 1.0f, 10.0f};
+        for (int r = 0; r < ROWS; r++) fill_row(x + r * E, E, offs[r], spr[r]);
+        fill_row(dy, n, 0.0f, 1.0f);
+        fill_row(dx, n, 0.0f, 0.1f);
+        memcpy(dxr, dx, (size_t)n * sizeof(float));
+        ref->layernorm_backward(dxr, sr, dy, x, ROWS, E, scale);
+        k->layernorm_backward(dx, s, dy, x, ROWS, E, scale);
+        double worst = 0.0, worst_s = 0.0;
+        for (int r = 0; r < ROWS; r++) {
+            float mf, rf;
+            mha__layernorm_moments_ref(x + r * E, E, &mf, &rf);
+            const double mean = (double)mf, rstd = (double)rf;
+            double m1 = 0.0, m2 = 0.0;
+            for (int64_t i = 0; i < E; i++) {
+                const double xh = ((double)x[r * E + i] - mean) * rstd, d = (double)dy[r * E + i] * (double)scale[i];
+                m1 += fabs(d) / (double)E;
+                m2 += fabs(d * xh) / (double)E;
+            }
+            for (int64_t i = 0; i < E; i++) {
+                const int64_t j = r * E + i;
+                const double xh = ((double)x[j] - mean) * rstd, d = (double)dy[j] * (double)scale[i];
+                const double size = fabs((double)dxr[j]) + rstd * (fabs(d) + m1 + (1.0 + fabs(xh)) * m2);
+                const double e = fabs((double)dx[j] - (double)dxr[j]) / size;
+                const double es = fabs((double)s[j] - (double)sr[j]) / (fabs((double)dy[j]) * (1.0 + fabs(xh)));
+                if (!(e <= worst)) worst = isnan(e) ? (double)INFINITY : e;
+                if (!(es <= worst_s)) worst_s = isnan(es) ? (double)INFINITY : es;
+            }
+        }
+        worst_all = worst > worst_all ? worst : worst_all;
+        worst_s_all = worst_s > worst_s_all ? worst_s : worst_s_all;
+        CHECK(worst <= 2e-6, "[%s] layernorm backward E %lld: dx error %.3g of its size", k->name, (long long)E, worst);
+        CHECK(worst_s <= 2e-6, "[%s] layernorm backward E %lld: dy * xhat error %.3g", k->name, (long long)E, worst_s);
+        /* one row at a time: the same bits */
+        int diff = 0;
+        memcpy(dxr, dx, (size_t)n * sizeof(float));
+        k->layernorm_backward(dxr, sr, dy, x, ROWS, E, scale);
+        for (int r = 0; r < ROWS; r++) k->layernorm_backward(dx + r * E, s + r * E, dy + r * E, x + r * E, 1, E, scale);
+        for (int64_t j = 0; j < n; j++) diff += !same(dx[j], dxr[j]) + !same(s[j], sr[j]);
+        CHECK(diff == 0, "[%s] layernorm backward E %lld: row by row differs (%d)", k->name, (long long)E, diff);
+        free(x), free(dy), free(dx), free(dxr), free(s), free(sr), free(scale);
+    }
+    printf("layernorm backward %s: max error %.3g (dx), %.3g (dy * xhat) of the sizes\n", k->name, worst_all,
+           worst_s_all);
+}
+
+/* GELU's backward d *= gelu'(f): against the reference's double, the error
+ * of gelu' at most 4e-7 (relative to 1, the size of its terms: it
+ * crosses zero near f = -0.75) plus 2e-7 of gelu' itself, times |d|. The
+ * specials: NaN stays NaN, large |f| gives 1 and 0 (inf: see
+ * elementwise_body.h). Tails and the twin layer: the same bits. */
+static void test_gelu_backward(const kset *k, const kset *ref, const kset *twin) {
+    double worst_all = 0.0;
+    for (int li = 0; li < NLENS; li++) {
+        const int64_t n = ROWS * LENS[li];
+        float *f = falloc((size_t)n), *d = falloc((size_t)n), *dr = falloc((size_t)n), *dt = falloc((size_t)n);
+        fill_gelu(f, n);
+        f[1] = 1e30f, f[2] = -1e30f; /* for the specials' inf */
+        fill_row(d, n, 0.0f, 2.0f);
+        memcpy(dr, d, (size_t)n * sizeof(float));
+        memcpy(dt, d, (size_t)n * sizeof(float));
+        ref->gelu_backward(dr, f, n);
+        k->gelu_backward(d, f, n);
+        int bad = 0;
+        double worst = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            if (isnan(f[i])) {
+                bad += !isnan(d[i]);
+                continue;
+            }
+            const double g = dt[i] != 0.0f ? (double)dr[i] / (double)dt[i] : 0.0;
+            const double tol = (4e-7 + 2e-7 * fabs(g)) * fabs((double)dt[i]) + 1e-37;
+            const double err = fabs((double)d[i] - (double)dr[i]);
+            if (!(err <= tol)) bad++;
+            if (err / tol > worst) worst = err / tol;
+        }
+        worst_all = worst > worst_all ? worst : worst_all;
+        CHECK(bad == 0, "[%s] gelu backward n %lld: %d values off the reference (worst %.2f x tolerance)", k->name,
+              (long long)n, bad, worst);
+        int diff = 0;
+        for (int64_t i = 0; i < n; i++) { /* element by element: every one a tail */
+            float one = dt[i];
+            k->gelu_backward(&one, f + i, 1);
+            diff += !same(one, d[i]);
+        }
+        if (twin) {
+            twin->gelu_backward(dt, f, n);
+            for (int64_t i = 0; i < n; i++) diff += !same(dt[i], d[i]);
+        }
+        CHECK(diff == 0, "[%s] gelu backward n %lld: tails or the %s layer differ (%d)", k->name, (long long)n,
+              twin ? twin->name : "-", diff);
+        free(f), free(d), free(dr), free(dt);
+    }
+    printf("gelu backward %s: max error %.2f x the tolerance\n", k->name, worst_all);
+}
+
+/* ---- 4. the GEMM's epilogue ------------------------------------------------ */
 
 static void test_epilogue(const char *isa, int64_t M, int64_t N, int64_t K, bool drop) {
     const mha__kernels *k = mha__kernels_active();
@@ -275,25 +397,26 @@ static void test_epilogue(const char *isa, int64_t M, int64_t N, int64_t K, bool
 int main(void) {
     const mha__kernels *kref = mha__kernels_get(MHA_ISA_REF);
     REQUIRE(kref != NULL, "reference table");
-    const kset ref = {"ref", kref->layernorm, kref->bias_gelu, kref->residual_add};
+    const kset ref = kset_of("ref", kref);
     kset fast[3];
     int n_fast = 0;
     /* The AVX-512 body on its emulation: portable, always tested. Its
      * elementwise kernels are lane-wise, so they equal AVX2's bits. */
-    const kset gen16 = {"gen16", mha__layernorm_gen16, mha__bias_gelu_gen16, mha__residual_add_gen16};
+    const kset gen16 = {"gen16", mha__layernorm_gen16, mha__bias_gelu_gen16, mha__residual_add_gen16,
+                        mha__layernorm_backward_gen16, mha__gelu_backward_gen16};
     fast[n_fast++] = gen16;
     const kset *twin_of_gen16 = NULL;
     const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);
     kset avx2;
     if (k2) {
-        avx2 = (kset){"avx2", k2->layernorm, k2->bias_gelu, k2->residual_add};
+        avx2 = kset_of("avx2", k2);
         fast[n_fast++] = avx2;
         twin_of_gen16 = &fast[n_fast - 1];
     } else {
         printf("no AVX2 kernels here: the reference and the emulated AVX-512 body only\n");
     }
     if (k5)
-        fast[n_fast++] = (kset){"avx512", k5->layernorm, k5->bias_gelu, k5->residual_add};
+        fast[n_fast++] = kset_of("avx512", k5);
     else
         printf("no AVX-512 here: its body tested through the emulation (gen16) only\n");
 
@@ -310,6 +433,8 @@ int main(void) {
         test_layernorm(&fast[i], &ref);
         test_gelu(&fast[i], &ref, i == 0 ? twin_of_gen16 : NULL);
         test_residual(&fast[i], &ref);
+        test_layernorm_backward(&fast[i], &ref);
+        test_gelu_backward(&fast[i], &ref, i == 0 ? twin_of_gen16 : NULL);
     }
     if (k5) { /* the real AVX-512 kernels give the emulation's bits */
         test_gelu(&fast[n_fast - 1], &ref, &fast[0]);
@@ -320,6 +445,14 @@ int main(void) {
         fast[n_fast - 1].layernorm(y1, 769, x, 769, 3, 769, s, t);
         gen16.layernorm(y2, 769, x, 769, 3, 769, s, t);
         CHECK(memcmp(y1, y2, sizeof y1) == 0, "avx512 layernorm differs from its emulation");
+        test_gelu_backward(&fast[n_fast - 1], &ref, &fast[0]);
+        float d1[3 * 769], d2[3 * 769], g1[3 * 769], g2[3 * 769];
+        fill_row(d1, 3 * 769, 0.0f, 1.0f);
+        memcpy(d2, d1, sizeof d1);
+        fast[n_fast - 1].layernorm_backward(d1, g1, y1, x, 3, 769, s);
+        gen16.layernorm_backward(d2, g2, y1, x, 3, 769, s);
+        CHECK(memcmp(d1, d2, sizeof d1) == 0 && memcmp(g1, g2, sizeof g1) == 0,
+              "avx512 layernorm backward differs from its emulation");
     }
 
     const char *const isas[] = {"ref", "avx2", "avx512"};

@@ -9,7 +9,7 @@
  *      that builds on a BLAS test it too;
  *   3. the reference itself against the plain triple loop, bit for bit: its
  *      blocked loops keep each element's sum in order. */
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 #include "test_util.h"
 #if defined(MHA_HAVE_AVX2_KERNELS)
 #include "isa_variants.h"
@@ -81,13 +81,13 @@ static void check_entry_points(void) {
                     problem p = make(s, ta, tb, mode);
                     if (mode == 2) {
                         CHECK(mha__sgemm_bias(ta, tb, p.M, p.N, p.K, p.A, p.lda, p.B, p.ldb, p.bias, p.C, p.ldc) == MHA_OK, "sgemm_bias");
-                        mha__sgemm_ref(ta, tb, p.M, p.N, p.K, 1.0f, p.A, p.lda, p.B, p.ldb, 0.0f, p.R, p.ldc);
+                        mha__gemm_ref(ta, tb, p.M, p.N, p.K, 1.0f, p.A, p.lda, p.B, p.ldb, 0.0f, p.R, p.ldc);
                         for (int64_t i = 0; i < p.M; i++)
                             for (int64_t j = 0; j < p.N; j++) p.R[i * p.ldc + j] += p.bias[j];
                     } else {
                         const float beta = mode == 0 ? 0.0f : 0.5f;
                         CHECK(mha__sgemm(ta, tb, p.M, p.N, p.K, 0.75f, p.A, p.lda, p.B, p.ldb, beta, p.C, p.ldc) == MHA_OK, "sgemm");
-                        mha__sgemm_ref(ta, tb, p.M, p.N, p.K, 0.75f, p.A, p.lda, p.B, p.ldb, beta, p.R, p.ldc);
+                        mha__gemm_ref(ta, tb, p.M, p.N, p.K, 0.75f, p.A, p.lda, p.B, p.ldb, beta, p.R, p.ldc);
                     }
                     const float err = max_err(&p);
                     CHECK(err <= 1e-5f * (float)p.K, "sgemm %lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g",
@@ -134,7 +134,7 @@ static void packed_one(problem *p, const variant *v, const void *ctx) {
     memcpy(C0, p->C, p->nc * 4);
     CHECK(c->f(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->C, p->ldc),
           "%s ran", c->name);
-    mha__sgemm_ref(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->R, p->ldc);
+    mha__gemm_ref(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->R, p->ldc);
     const float err = max_err(p);
     CHECK(err <= 1e-5f * (float)p->K, "%s %lldx%lldx%lld ta=%d tb=%d mode=%d: max err %g", c->name,
           (long long)p->M, (long long)p->N, (long long)p->K, v->ta, v->tb, v->mode, (double)err);
@@ -158,7 +158,7 @@ static void check_packed(const char *name, gemm_fn f, const char *twin_name, gem
 /* 3. the reference against the plain triple loop: the same bits */
 static void reference_one(problem *p, const variant *v, const void *ctx) {
     (void)ctx;
-    mha__sgemm_ref(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->C, p->ldc);
+    mha__gemm_ref(v->ta, v->tb, p->M, p->N, p->K, v->alpha, p->A, p->lda, p->B, p->ldb, v->beta, p->C, p->ldc);
     int64_t diff = 0;
     for (int64_t i = 0; i < p->M; i++)
         for (int64_t j = 0; j < p->N; j++) {
@@ -183,11 +183,11 @@ int main(void) {
     printf("test_gemm: GEMM backend %s (thread-count independence: test_threads)\n", mha_runtime_blas());
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (mha__cpu()->avx2) {
-        check_packed("avx2", mha__gemm_packed_avx2, NULL, NULL);
-        check_packed("gen16 (AVX-512's body, emulated)", mha__gemm_packed_gen16, "avx2w32", mha__gemm_packed_avx2w32);
+        check_packed("avx2", mha__gemm_avx2, NULL, NULL);
+        check_packed("gen16 (AVX-512's body, emulated)", mha__gemm_gen16, "avx2w32", mha__gemm_avx2w32);
 #if defined(MHA_HAVE_AVX512_KERNELS)
         if (mha__cpu()->avx512)
-            check_packed("avx512", mha__gemm_packed_avx512, "gen16", mha__gemm_packed_gen16);
+            check_packed("avx512", mha__gemm_avx512, "gen16", mha__gemm_gen16);
 #endif
     } else {
         printf("test_gemm: no AVX2 on this CPU: the packed GEMMs not run\n");

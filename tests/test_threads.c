@@ -8,7 +8,7 @@
  * named).
  * Without OpenMP there is nothing to compare: the program reports a skip
  * (exit status 77). */
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 #include "test_util.h"
 
 #include "mha.h"

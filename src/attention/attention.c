@@ -29,14 +29,6 @@ static bool worth_threads(const mha__attention_desc *d) {
  * amortise packing K. */
 #define MHA_QBLOCK 64
 
-static int max_threads(void) {
-#if defined(MHA_HAVE_OPENMP)
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 static const mha__kernels *kernels_of(const mha__attention_desc *d) {
     return d->kernels ? d->kernels : mha__kernels_active();
 }
@@ -66,7 +58,7 @@ size_t mha__attention_keep_words(const mha__attention_desc *d) {
 
 size_t mha__attention_workspace(const mha__attention_desc *d) {
     size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float)), total;
-    if (!mha__mul_size(per, (size_t)max_threads(), &total)) return 0;
+    if (!mha__mul_size(per, (size_t)mha__max_threads(), &total)) return 0;
     if (torch_mask_as_bits(d) && !d->keep_bits) {
         size_t bits, words = mha__attention_keep_words(d);
         if (words == 0 || !mha__mul_size(words, sizeof(uint64_t), &bits) ||
@@ -156,7 +148,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
     if (ws_size < need)
         return mha__fail(MHA_ERR_WORKSPACE, "attention needs %zu bytes of workspace, got %zu",
                          need, ws_size);
-    const int nt = max_threads();
+    const int nt = mha__max_threads();
     const bool par = worth_threads(d);
     (void)par;
     const size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float));
@@ -214,10 +206,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
             b = bh / H;
             h = bh % H;
         }
-        int tid = 0;
-#if defined(MHA_HAVE_OPENMP)
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mha__thread_num();
         mha__attn_args a = {0};
         fill_head(d, &a, b, h);
         a.q_begin = (qb + nqb0) * MHA_QBLOCK;
@@ -291,7 +280,7 @@ static bool bwd_plan(const mha__attention_desc *d, bwd_layout *L) {
     const size_t chunks = (size_t)bwd_chunks(d);
     size_t all, bht, part;
     L->per = mha__align64(bwd_scratch_floats(d) * sizeof(float));
-    if (!mha__mul_size(L->per, (size_t)max_threads(), &all)) return false;
+    if (!mha__mul_size(L->per, (size_t)mha__max_threads(), &all)) return false;
     if (!mha__mul_size(B * H, T, &bht) || !mha__mul_size(bht, sizeof(float), &L->delta)) return false;
     /* dQ of chunks 1.. (chunk 0 adds into dqkv directly) */
     if (!mha__mul_size(bht, HD, &part) || !mha__mul_size(part, chunks - 1, &part) ||
@@ -321,7 +310,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's row statistics");
     if (d->dropout == MHA_DROPOUT_TORCH && !d->keep_bits)
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
-    const int nt = max_threads();
+    const int nt = mha__max_threads();
     const bool par = worth_threads(d);
     (void)nt, (void)par; /* only the OpenMP pragmas use them */
     char *base = ws;
@@ -358,10 +347,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
 #endif
     for (int64_t task = 0; task < ntasks; task++) {
         const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
-        int tid = 0;
-#if defined(MHA_HAVE_OPENMP)
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mha__thread_num();
         mha__attn_args f = {0};
         fill_head(d, &f, b, h);
         mha__attn_bwd_args a = {0};

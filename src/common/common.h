@@ -85,6 +85,10 @@ size_t mha__utf8_check(const unsigned char *s, size_t len);
  * already run); MHA_ERR_NOMEM when their stacks do not fit (threads.c).
  * Called by every compute entry point before its first parallel region. */
 mha_status mha__threads_ready(void);
+/* The threads of the next parallel region (omp_get_max_threads; 1 without
+ * OpenMP), and the calling thread's number in its region (0 outside one). */
+int mha__max_threads(void);
+int mha__thread_num(void);
 
 /* The one validation of every JSON text mha parses, before cJSON does
  * (json_check.c): s[0, len) must be one JSON value between white space,

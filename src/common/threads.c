@@ -1,4 +1,5 @@
-/* threads.c — room for OpenMP's threads before a parallel region.
+/* threads.c — how many threads compute calls use, and room for OpenMP's
+ * threads before a parallel region.
  *
  * libgomp cannot fail cleanly: when it cannot create a thread (under an
  * address-space limit, the thread's stack cannot be mapped) it prints
@@ -77,3 +78,29 @@ mha_status mha__threads_ready(void) {
 #else
 mha_status mha__threads_ready(void) { return MHA_OK; }
 #endif
+
+int mha__max_threads(void) {
+#if defined(MHA_HAVE_OPENMP)
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+int mha__thread_num(void) {
+#if defined(MHA_HAVE_OPENMP)
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+int mha_runtime_threads(void) { return mha__max_threads(); }
+
+mha_status mha_runtime_set_threads(int n) {
+    if (n < 1) return mha__fail(MHA_ERR_ARGUMENT, "thread count (%d) must be >= 1", n);
+#if defined(MHA_HAVE_OPENMP)
+    omp_set_num_threads(n);
+#endif
+    return MHA_OK;
+}

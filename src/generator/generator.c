@@ -11,8 +11,9 @@
  *   6. nn.Embedding's init.
  * Bulk paths (same bits, same generator state as the scalar calls): raw
  * draws n at a time (mha__generator_random_bulk) and dropout keep bits
- * (mha__generator_keep_bits), with AVX2 kernels in mt_avx2.c chosen per
- * call by the dispatch table; mha_generator_dropout runs on them.
+ * (mha__generator_keep_bits), on the active dispatch table's kernels
+ * (kernels/mt_ref.c, kernels/mt_avx2.c); mha_generator_dropout runs on
+ * them.
  *
  * Exactness rules: the library is compiled with -ffp-contract=off, so every
  * a*b+c below is rounded twice unless written as fmaf(a, b, c), which is how
@@ -25,6 +26,7 @@
 
 #include "common/common.h"
 #include "kernels/kernels.h"
+#include "kernels/mt19937.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -34,7 +36,7 @@
 /* The object and mt19937 (section 1)                                        */
 /* ------------------------------------------------------------------------ */
 
-enum { MT_N = 624, MT_M = 397 };
+enum { MT_N = MHA_MT_N };
 
 /* c10::pi<double>; M_PI is not guaranteed by ISO C. */
 static const double PI = 3.14159265358979323846;
@@ -87,37 +89,14 @@ void mha_generator_set_variant(mha_generator *g, mha_rng_variant v) {
     g->variant = (v == MHA_RNG_DEFAULT) ? MHA_RNG_DEFAULT : MHA_RNG_AVX2;
 }
 
-static inline uint32_t mt_mix(uint32_t u, uint32_t v) {
-    uint32_t y = (u & 0x80000000u) | (v & 0x7fffffffu);
-    return (y >> 1) ^ ((v & 1u) ? 0x9908b0dfu : 0u);
-}
-
-/* Regenerates all 624 words in place. Split into three loops instead of
- * using % so the index arithmetic stays out of the hot path; the result is
- * the textbook twist for k = 0..623. */
-static void mt_twist(uint32_t *st) {
-    int k = 0;
-    for (; k < MT_N - MT_M; k++) st[k] = st[k + MT_M] ^ mt_mix(st[k], st[k + 1]);
-    for (; k < MT_N - 1; k++) st[k] = st[k + MT_M - MT_N] ^ mt_mix(st[k], st[k + 1]);
-    st[MT_N - 1] = st[MT_M - 1] ^ mt_mix(st[MT_N - 1], st[0]);
-}
-
-static inline uint32_t mt_temper(uint32_t y) {
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
 /* The engine itself, for internal callers that already checked g. */
 static inline uint32_t mt_next(mha_generator *g) {
     if (--g->left == 0) {
-        mt_twist(g->state);
+        mha__mt_twist_ref(g->state);
         g->left = MT_N;
         g->next = 0;
     }
-    return mt_temper(g->state[g->next++]);
+    return mha__mt_temper1(g->state[g->next++]);
 }
 
 uint32_t mha_generator_random(mha_generator *g) { return g ? mt_next(g) : 0u; }
@@ -134,19 +113,6 @@ uint64_t mha_generator_random64(mha_generator *g) {
 /* ------------------------------------------------------------------------ */
 /* Bulk draws                                                                */
 /* ------------------------------------------------------------------------ */
-
-/* The portable bulk kernels (the reference table's; mt_avx2.c has the
- * AVX2 ones, kernels/dispatch.c picks). */
-void mha__mt_twist_ref(uint32_t *st) { mt_twist(st); }
-
-void mha__mt_temper_ref(const uint32_t *restrict src, uint32_t *restrict dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = mt_temper(src[i]);
-}
-
-void mha__mt_twist_temper_ref(uint32_t *st, uint32_t *dst) {
-    mt_twist(st);
-    mha__mt_temper_ref(st, dst, MT_N);
-}
 
 /* mt_next's bookkeeping, n at a time. Between twists the words still to be
  * handed out are state[next .. next + left - 2] (left - 1 of them; none
@@ -206,20 +172,6 @@ uint64_t mha__u53_threshold(double q) {
     return (uint64_t)ceil(Q);
 }
 
-void mha__keep_bits_raw_ref(const uint32_t *raw, size_t n, uint64_t threshold,
-                            uint64_t *bits) {
-    for (size_t w = 0; w * 64 < n; w++) {
-        const size_t m = n - w * 64 < 64 ? n - w * 64 : 64;
-        const uint32_t *r = raw + w * 128;
-        uint64_t b = 0;
-        for (size_t i = 0; i < m; i++) {
-            const uint64_t v = ((uint64_t)(r[2 * i] & 0x1fffffu) << 32) | r[2 * i + 1];
-            b |= (uint64_t)(v < threshold) << i;
-        }
-        bits[w] = b;
-    }
-}
-
 void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
                              uint64_t *bits) {
     mha__kernels_active()->keep_bits_raw(raw, n, threshold, bits);
@@ -245,10 +197,7 @@ void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double
 
 /* uniform_real_distribution<double>(0, 1) on random64(): the low 53 bits,
  * scaled exactly into [0, 1 - 2^-53]. */
-double mha__generator_u53(mha_generator *g) {
-    uint64_t v = mha_generator_random64(g) & ((UINT64_C(1) << 53) - 1u);
-    return (double)v * 0x1p-53;
-}
+double mha__generator_u53(mha_generator *g) { return mha__u53_of(mha_generator_random64(g)); }
 
 /* uniform_real_distribution<float>(0, 1) on one 32-bit draw: the low 24 bits,
  * exactly, in [0, 1 - 2^-24]. fma(x, 1, 0) == x, so this is also what the
@@ -464,15 +413,6 @@ void mha_generator_normal(mha_generator *g, float *out, size_t n, double mean, d
 /* ------------------------------------------------------------------------ */
 /* Dropout (section 5)                                                       */
 /* ------------------------------------------------------------------------ */
-
-/* out[j] = in[j] * (bit j ? scale : 0): the reference table's dropout. */
-void mha__dropout_apply_ref(float *out, const float *in, const uint64_t *bits, size_t n,
-                            float scale) {
-    for (size_t j = 0; j < n; j++) {
-        const float noise = ((bits[j >> 6] >> (j & 63)) & 1u) ? scale : 0.0f;
-        out[j] = in[j] * noise;
-    }
-}
 
 float mha__dropout_scale(double p) {
     /* noise.div_(1 - p): the divisor becomes a float, the quotient is a

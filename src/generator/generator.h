@@ -2,6 +2,7 @@
 #ifndef MHA_GENERATOR_H
 #define MHA_GENERATOR_H
 
+#include "kernels/kernels.h"
 #include "mha.h"
 
 #include <stdbool.h>
@@ -15,15 +16,15 @@ double mha__generator_u53(mha_generator *g);
 /* One dropout keep decision, exactly nn.Dropout's CPU bernoulli_(1 - p):
  * U53() < 1 - p. */
 static inline bool mha__dropout_keep(mha_generator *g, double p) {
-    return mha__generator_u53(g) < 1.0 - p;
+    return mha__dropout_keep_of(mha_generator_random64(g), p);
 }
 
 /* The value kept elements are multiplied by: f32(1.0f / f32(1 - p)). */
 float mha__dropout_scale(double p);
 
 /* ---- Bulk paths (bit-identical to the scalar calls above) --------------
- * Each runs the active dispatch table's kernels (kernels/kernels.h): the
- * portable ones below or mt_avx2.c's; all give the same bits and leave the
+ * Each runs the active dispatch table's kernels (kernels/kernels.h: mt_*,
+ * keep_bits_raw, dropout_apply); all give the same bits and leave the
  * generator in the same state. */
 
 /* out[0..n) = n successive mha_generator_random(g) outputs; afterwards g is
@@ -41,30 +42,9 @@ void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double
  * v * 2^-53 < q  <=>  v < T  for every integer v in [0, 2^53). */
 uint64_t mha__u53_threshold(double q);
 
-/* The compare step of mha__generator_keep_bits on raw outputs: element i is
- * v_i = ((raw[2i] & 0x1FFFFF) << 32) | raw[2i + 1]; bit i = v_i < threshold;
- * writes (n + 63) / 64 words, zero above n. threshold <= 2^53 (as
- * mha__u53_threshold returns). */
+/* The compare step of mha__generator_keep_bits on raw outputs: the active
+ * table's keep_bits_raw (its contract in kernels/kernels.h). */
 void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
                              uint64_t *bits);
-
-/* The bulk kernels of the dispatch table: the portable ones (generator.c)
- * and, where built, the AVX2 ones (mt_avx2.c, compiled with -mavx2 -mfma;
- * run only where the CPU has AVX2). Same contracts and bits. */
-void mha__mt_twist_ref(uint32_t *st);                                     /* st[624] */
-void mha__mt_temper_ref(const uint32_t *src, uint32_t *dst, size_t n);
-void mha__mt_twist_temper_ref(uint32_t *st, uint32_t *dst);               /* dst[624] */
-void mha__keep_bits_raw_ref(const uint32_t *raw, size_t n, uint64_t threshold, uint64_t *bits);
-void mha__dropout_apply_ref(float *out, const float *in, const uint64_t *bits, size_t n,
-                            float scale);
-#if defined(MHA_HAVE_AVX2_KERNELS)
-void mha__mt_twist_avx2(uint32_t *st);                                    /* st[624] */
-void mha__mt_temper_avx2(const uint32_t *src, uint32_t *dst, size_t n);
-void mha__mt_twist_temper_avx2(uint32_t *st, uint32_t *dst);              /* dst[624] */
-void mha__keep_bits_raw_avx2(const uint32_t *raw, size_t n, uint64_t threshold,
-                             uint64_t *bits);
-void mha__dropout_apply_avx2(float *out, const float *in, const uint64_t *bits, size_t n,
-                             float scale);
-#endif
 
 #endif

@@ -16,7 +16,7 @@
 #include "attention/attention.h"
 #include "common/common.h"
 #include "generator/generator.h"
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,7 +30,7 @@
 
 /* ---- elementwise layers -------------------------------------------------- */
 /* The kernels (one body per ISA) and their row drivers are in kernels/
- * (elementwise_body.h, elementwise.c); the forward below fuses GELU and
+ * (elementwise_body.h, elementwise_ref.c, rows.c); the forward below fuses GELU and
  * the residual adds into the GEMMs' tiles (mha__sgemm_epilogue). */
 
 mha_status mha_layernorm_forward(float *y, const float *x, const float *scale, const float *shift,

@@ -25,8 +25,7 @@
 #include "attention/attention.h"
 #include "common/common.h"
 #include "generator/generator.h"
-#include "kernels/kernels.h"
-#include "modules/modules.h"
+#include "kernels/drivers.h"
 
 #include <math.h>
 #include <string.h>
@@ -35,54 +34,6 @@
 static float *G(mha_gpt *m, const float *p) { return mha__grad_of(&m->params, p); }
 
 /* ---- backward ----------------------------------------------------------------- */
-
-/* LayerNorm's backward over R rows: dx += dy's pull-back through
- * y = scale * xhat + shift, xhat = (x - mean) * rstd (mean and rstd as the
- * forward rounds them); g_scale += colsum(dy * xhat), g_shift +=
- * colsum(dy). scratch (R, E). Rows in double:
- *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),
- *   dxhat = dy * scale. */
-static void layernorm_backward(float *dx, const float *dy, const float *x, const float *scale, float *g_scale,
-                               float *g_shift, float *scratch, int64_t R, int64_t E) {
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if ((double)R * (double)E > 1e5)
-#endif
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * E, *gy = dy + r * E;
-        float *sr = scratch + r * E, *gx = dx + r * E;
-        float mf, inv;
-        mha__layernorm_moments_ref(xr, E, &mf, &inv);
-        double s1 = 0.0, s2 = 0.0;
-        for (int64_t i = 0; i < E; i++) {
-            const float xh = (xr[i] - mf) * inv;
-            const double dxh = (double)gy[i] * (double)scale[i];
-            s1 += dxh;
-            s2 += dxh * (double)xh;
-            sr[i] = gy[i] * xh;
-        }
-        s1 /= (double)E;
-        s2 /= (double)E;
-        for (int64_t i = 0; i < E; i++) {
-            const double xh = (double)((xr[i] - mf) * inv), dxh = (double)gy[i] * (double)scale[i];
-            gx[i] += (float)((double)inv * (dxh - s1 - xh * s2));
-        }
-    }
-    mha__colsum_acc(g_scale, scratch, R, E, E);
-    mha__colsum_acc(g_shift, dy, R, E, E);
-}
-
-/* d *= gelu'(f), the exact derivative of the tanh form (in double):
- *   0.5 (1 + t) + 0.5 f (1 - t^2) c (1 + 3 k f^2), t = tanh(c (f + k f^3)). */
-static void gelu_backward(float *d, const float *f, int64_t n) {
-    const double c = sqrt(2.0 / 3.14159265358979323846), k = 0.044715;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (n > 100000)
-#endif
-    for (int64_t i = 0; i < n; i++) {
-        const double x = (double)f[i], t = tanh(c * (x + k * x * x * x));
-        d[i] = (float)((double)d[i] * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * k * x * x)));
-    }
-}
 
 /* y = a * the keep bits' mask (a copy without dropout) */
 static void mask(const mha_gpt *m, const mha_gpt_tape *t, float *y, const float *a, const uint64_t *bits, int64_t n) {
@@ -114,11 +65,11 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
         TRY(mha__sgemm(true, false, E, 4 * E, R, 1.0f, dz, E, tb->g, 4 * E, 1.0f, G(m, b->w2), 4 * E));
         mha__colsum_acc(G(m, b->b2), dz, R, E, E);
         TRY(mha__sgemm(false, false, R, 4 * E, E, 1.0f, dz, E, b->w2, 4 * E, 0.0f, df, 4 * E));
-        gelu_backward(df, tb->f, R * 4 * E);
+        mha__gelu_backward_n(df, tb->f, R * 4 * E);
         TRY(mha__sgemm(true, false, 4 * E, E, R, 1.0f, df, 4 * E, tb->h2, E, 1.0f, G(m, b->w1), E));
         mha__colsum_acc(G(m, b->b1), df, R, 4 * E, 4 * E);
         TRY(mha__sgemm(false, false, R, E, 4 * E, 1.0f, df, 4 * E, b->w1, E, 0.0f, dh, E));
-        layernorm_backward(dx, dh, tb->x1, b->ln2_s, G(m, b->ln2_s), G(m, b->ln2_b), lns, R, E);
+        mha__layernorm_backward_rows(dx, dh, tb->x1, b->ln2_s, G(m, b->ln2_s), G(m, b->ln2_b), lns, R, E);
         /* attention */
         mask(m, t, dz, dx, tb->kb1, R * E);
         TRY(mha__sgemm(true, false, E, E, R, 1.0f, dz, E, tb->o, E, 1.0f, G(m, b->w_out), E));
@@ -135,7 +86,7 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
         TRY(mha__sgemm(true, false, 3 * E, E, R, 1.0f, dqkv, 3 * E, tb->h1, E, 1.0f, G(m, b->w_qkv), E));
         if (b->b_qkv) mha__colsum_acc(G(m, b->b_qkv), dqkv, R, 3 * E, 3 * E);
         TRY(mha__sgemm(false, false, R, E, 3 * E, 1.0f, dqkv, 3 * E, b->w_qkv, E, 0.0f, dh, E));
-        layernorm_backward(dx, dh, tb->x, b->ln1_s, G(m, b->ln1_s), G(m, b->ln1_b), lns, R, E);
+        mha__layernorm_backward_rows(dx, dh, tb->x, b->ln1_s, G(m, b->ln1_s), G(m, b->ln1_b), lns, R, E);
     }
     return MHA_OK;
 }
@@ -166,7 +117,7 @@ mha_status mha__gpt_model_backward(mha_gpt *m, mha_gpt_tape *t, const float *dlo
     TRY(mha__sgemm(false, false, R, E, V, 1.0f, dlogits, V, m->head, E, 0.0f, t->t1, E));
     TRY(mha__sgemm(true, false, V, E, R, 1.0f, dlogits, V, t->hf, E, 1.0f, G(m, m->head), E));
     memset(dx, 0, (size_t)(R * E) * sizeof(float));
-    layernorm_backward(dx, t->t1, t->out, m->lnf_s, G(m, m->lnf_s), G(m, m->lnf_b), t->t2, R, E);
+    mha__layernorm_backward_rows(dx, t->t1, t->out, m->lnf_s, G(m, m->lnf_s), G(m, m->lnf_b), t->t2, R, E);
     mha_status st = blocks_backward(m, t, dx);
     if (st != MHA_OK) return st;
     /* drop_emb, then the embeddings: columns over threads, rows in order */

@@ -12,7 +12,8 @@
  *   ATTN_BWD_NP      panels per q-block
  *   ATTN_OP_MR       max keys per dK/dV register tile (<= 14)
  *   ATTN_OP_NV       max vectors of head dims per dK/dV register tile (<= 4)
- *   ATTN_BWD, ATTN_BWD_SCRATCH   the names of the two exported functions
+ *   MHA_KSFX         the suffix of the exported names (kernels.h's
+ *                    MHA__KNAME): mha__attn_bwd_<sfx>, mha__attn_bwd_scratch_<sfx>
  * Everything else here is static, so each instantiation is self-contained.
  *
  * Layout: as in the forward, the lanes are queries (a panel is PW
@@ -73,7 +74,7 @@
  *
  * The packing works on 256-bit vectors whatever the layer, as the forward's. */
 #if !defined(ATTN_BWD_KB) || !defined(ATTN_BWD_NP) || !defined(ATTN_OP_MR) || \
-    !defined(ATTN_OP_NV) || !defined(ATTN_BWD) || !defined(ATTN_BWD_SCRATCH)
+    !defined(ATTN_OP_NV) || !defined(MHA_KSFX)
 #error "define the ATTN_BWD_* tunables and names before including attn_bwd_body.h"
 #endif
 
@@ -124,7 +125,7 @@ static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
     return off;
 }
 
-size_t ATTN_BWD_SCRATCH(int64_t T, int64_t HD) {
+size_t MHA__KNAME(attn_bwd_scratch)(int64_t T, int64_t HD) {
     (void)T;
     const size_t hd = HD > 0 ? (size_t)HD : 0u;
     if (hd > SIZE_MAX / 64u / (BQB + BKT + PW)) return SIZE_MAX;
@@ -136,40 +137,11 @@ size_t ATTN_BWD_SCRATCH(int64_t T, int64_t HD) {
 /* ---- packing ---------------------------------------------------------------- */
 
 /* The panel of rows p0 .. p0+nv-1 of X twice, from one read of the rows:
- * xt[d][l] = scale * X[p0+l][d] (as pack_qt: padding lanes 0) and
- * xr[l][0:HDP] = X[p0+l][0:HD], zero-padded (rows l < nv only). */
-static void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD, int64_t HDP,
-                       float scale, float *xt, float *xr) {
-    const __m256 sc = _mm256_set1_ps(scale);
-    for (int l0 = 0; l0 < PW; l0 += 8) {
-        if (l0 >= nv) { /* padding lanes only */
-            for (int64_t d = 0; d < HD; d++) _mm256_store_ps(xt + d * PW + l0, _mm256_setzero_ps());
-            continue;
-        }
-        int64_t d = 0;
-        for (; d + 8 <= HD; d += 8) {
-            __m256 r[8];
-            for (int i = 0; i < 8; i++) {
-                if (l0 + i < nv) {
-                    const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
-                    _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
-                    r[i] = _mm256_mul_ps(row, sc);
-                } else {
-                    r[i] = _mm256_setzero_ps();
-                }
-            }
-            transpose8(r);
-            for (int i = 0; i < 8; i++) _mm256_store_ps(xt + (d + i) * PW + l0, r[i]);
-        }
-        for (; d < HD; d++)
-            for (int i = 0; i < 8; i++) {
-                const float v = l0 + i < nv ? x[(p0 + l0 + i) * ld + d] : 0.0f;
-                if (l0 + i < nv) xr[(l0 + i) * HDP + d] = v;
-                xt[d * PW + l0 + i] = scale * v;
-            }
-        for (int i = 0; i < 8 && l0 + i < nv; i++)
-            for (int64_t c = HD; c < HDP; c++) xr[(l0 + i) * HDP + c] = 0.0f;
-    }
+ * xt = its Q^T-style transpose times scale, xr = the rows, zero-padded to
+ * HDP (attn_panel.h's pack_panel). */
+static void pack_rows(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD, int64_t HDP, float scale,
+                      float *xt, float *xr) {
+    pack_panel(x, ld, p0, nv, HD, scale, xt, xr, HDP);
 }
 
 /* dq[p0 + l][c] += dqt[c][l] for the panel's rows l < nv. */
@@ -327,7 +299,7 @@ static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
     prefetch_rows(a->dq, a->lddq, r, e, HD);
 }
 
-void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
+void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     const int64_t T = a->T, HD = a->HD;
     const int64_t kb = a->k_begin > 0 ? a->k_begin : 0, ke = a->k_end < T ? a->k_end : T;
     if (kb >= ke || HD <= 0) return;
@@ -387,8 +359,8 @@ void ATTN_BWD(const mha__attn_bwd_args *a, float *scratch) {
                     logl[l] = l < nv ? a->stats[2 * (p0 + l) + 1] : 0.0f;
                     delta[l] = l < nv ? a->delta[p0 + l] : 0.0f;
                 }
-                pack_panel(a->q, a->ldq, p0, nv, HD, HDP, a->scale, B.qt, B.qr + p * PW * HDP);
-                pack_panel(a->dout, a->lddo, p0, nv, HD, HDP, 1.0f, B.dot, B.dor + p * PW * HDP);
+                pack_rows(a->q, a->ldq, p0, nv, HD, HDP, a->scale, B.qt, B.qr + p * PW * HDP);
+                pack_rows(a->dout, a->lddo, p0, nv, HD, HDP, 1.0f, B.dot, B.dor + p * PW * HDP);
                 vf tm[NV]; /* the panel max qk_panel takes along: unused here */
                 for (int v = 0; v < NV; v++) tm[v] = vf_zero();
                 qk_panel(kt, ldkt, B.qt, HD, n, a->causal, t0, p0, B.st, tm);

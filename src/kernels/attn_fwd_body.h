@@ -1,7 +1,7 @@
 /* attn_fwd_body.h — the fused causal attention forward, written once on a
  * SIMD layer and compiled once per ISA (attn_avx2.c, attn_avx512.c, and the
  * 16-lane emulation tests/attn_gen16.c). The contract is
- * mha__attn_fwd_avx2's in kernels.h; the oracle is mha__attn_fwd_ref.
+ * kernels.h's attn_fwd; the oracle is mha__attn_fwd_ref.
  *
  * The including file defines, then includes a layer (simd_*.h) and this:
  *   ATTN_NV, ATTN_QK_MR, ATTN_PV_MR, ATTN_CROWD   the panel geometry and
@@ -9,7 +9,8 @@
  *                    (attn_panel.h, where they are described)
  *   ATTN_NP          panels per q-block
  *   ATTN_KB          keys per tile (a multiple of 4)
- *   ATTN_FWD, ATTN_FWD_SCRATCH   the names of the two exported functions
+ *   MHA_KSFX         the suffix of the exported names (kernels.h's
+ *                    MHA__KNAME): mha__attn_fwd_<sfx>, mha__attn_fwd_scratch_<sfx>
  * Everything else here is static, so each instantiation is self-contained.
  * The micro-kernels, the keep masks, the Q packing and the crowding test
  * are attn_panel.h's (shared with attn_bwd_body.h).
@@ -68,7 +69,7 @@
  *
  * The Q/O packing works on 256-bit vectors whatever the layer (AVX-512
  * implies AVX2): 8x8 transposes, independent of VW. */
-#if !defined(ATTN_NP) || !defined(ATTN_KB) || !defined(ATTN_FWD) || !defined(ATTN_FWD_SCRATCH)
+#if !defined(ATTN_NP) || !defined(ATTN_KB) || !defined(MHA_KSFX)
 #error "define the ATTN_* tunables and names before including attn_fwd_body.h"
 #endif
 
@@ -84,7 +85,7 @@ enum {
 _Static_assert(KB % 4 == 0 && KB >= 4, "KB must be a positive multiple of 4");
 _Static_assert(NP >= 1, "NP >= 1");
 
-size_t ATTN_FWD_SCRATCH(int64_t T, int64_t HD) {
+size_t MHA__KNAME(attn_fwd_scratch)(int64_t T, int64_t HD) {
     const size_t hd = HD > 0 ? (size_t)HD : 0u;
     const size_t t = T > 0 ? (size_t)T : 0u;
     if (hd > SIZE_MAX / 8u / QB || t > SIZE_MAX / 8u) return SIZE_MAX;
@@ -93,7 +94,7 @@ size_t ATTN_FWD_SCRATCH(int64_t T, int64_t HD) {
     const size_t own = 16u + 2u * (size_t)QB * hd + (size_t)KB * PW + 2u * (size_t)QB +
                        2u * (size_t)KB * (hd + VW);
     /* GENERATOR mode runs the reference kernel in the same scratch. */
-    const size_t ref = mha__attn_fwd_ref_scratch(T, HD);
+    const size_t ref = mha__attn_fwd_scratch_ref(T, HD);
     return own > ref ? own : ref;
 }
 
@@ -187,7 +188,7 @@ static void unpack_o(const float *op, const float *inv, int64_t p0, int nv, int6
 
 /* ---- the kernel ---------------------------------------------------------- */
 
-void ATTN_FWD(const mha__attn_args *a, float *scratch) {
+void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
     if (a->drop == MHA_DROP_GENERATOR) {
         mha__attn_fwd_ref(a, scratch);
         return;

@@ -13,7 +13,7 @@
  *   ATTN_CROWD       lines of a K/V tile per cache set that trigger a copy
  *
  * Layout: the vector lanes are queries. A "panel" is PW consecutive
- * queries; Q^T[d][0:PW] is a packed panel (pack_qt). The two products
+ * queries; Q^T[d][0:PW] is a packed panel (pack_panel). The two products
  *   C[m][0:PW]  = sum_d A[m][d] * X^T[d][0:PW]    (qk_group: A = K rows)
  *   C[c][0:PW] += sum_j A[j][c] * Y^T[j][0:PW]    (pv_group: A = V rows)
  * are the same register tile "C[mr][PW] += a(mr scalars, broadcast from
@@ -277,30 +277,52 @@ VINL void transpose8(__m256 r[8]) {
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* Q^T panel: qp[d][l] = scale * Q[p0 + l][d] for l < nv, 0 for the padding
- * lanes. (The scale is folded into Q: one rounding, the same for every
- * row whatever its lane.) */
-static void pack_qt(const float *q, int64_t ldq, int64_t p0, int nv, int64_t HD, float scale,
-                    float *qp) {
+/* The panel of rows p0 .. p0+nv-1 of X transposed: xt[d][l] = scale *
+ * X[p0 + l][d] for l < nv, 0 for the padding lanes (the forward's and the
+ * backward's Q^T: the scale folded into Q, one rounding, the same for every
+ * row whatever its lane). Where xr is not NULL, from the same read of the
+ * rows, also xr[l][0:HDP] = X[p0 + l][0:HD], zero-padded (rows l < nv only):
+ * the backward's copy of Q and dO rows. Inlined into its two callers, so
+ * that each is compiled for its own xr: the forward's pack_qt, and the
+ * backward's pack_rows (attn_bwd_body.h). */
+VINL void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD, float scale, float *xt,
+                     float *xr, int64_t HDP) {
     const __m256 sc = _mm256_set1_ps(scale);
     for (int l0 = 0; l0 < PW; l0 += 8) {
         if (l0 >= nv) { /* padding lanes only */
-            for (int64_t d = 0; d < HD; d++) _mm256_store_ps(qp + d * PW + l0, _mm256_setzero_ps());
+            for (int64_t d = 0; d < HD; d++) _mm256_store_ps(xt + d * PW + l0, _mm256_setzero_ps());
             continue;
         }
         int64_t d = 0;
         for (; d + 8 <= HD; d += 8) {
             __m256 r[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = l0 + i < nv ? _mm256_mul_ps(_mm256_loadu_ps(q + (p0 + l0 + i) * ldq + d), sc)
-                                   : _mm256_setzero_ps();
+            for (int i = 0; i < 8; i++) {
+                if (l0 + i < nv) {
+                    const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
+                    if (xr) _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
+                    r[i] = _mm256_mul_ps(row, sc);
+                } else {
+                    r[i] = _mm256_setzero_ps();
+                }
+            }
             transpose8(r);
-            for (int i = 0; i < 8; i++) _mm256_store_ps(qp + (d + i) * PW + l0, r[i]);
+            for (int i = 0; i < 8; i++) _mm256_store_ps(xt + (d + i) * PW + l0, r[i]);
         }
         for (; d < HD; d++)
-            for (int i = 0; i < 8; i++)
-                qp[d * PW + l0 + i] = l0 + i < nv ? scale * q[(p0 + l0 + i) * ldq + d] : 0.0f;
+            for (int i = 0; i < 8; i++) {
+                const float v = l0 + i < nv ? x[(p0 + l0 + i) * ld + d] : 0.0f;
+                if (xr && l0 + i < nv) xr[(l0 + i) * HDP + d] = v;
+                xt[d * PW + l0 + i] = scale * v;
+            }
+        if (xr)
+            for (int i = 0; i < 8 && l0 + i < nv; i++)
+                for (int64_t c = HD; c < HDP; c++) xr[(l0 + i) * HDP + c] = 0.0f;
     }
+}
+
+/* Q^T alone: qp[d][l] = scale * Q[p0 + l][d] (the forward's panel). */
+static void pack_qt(const float *q, int64_t ldq, int64_t p0, int nv, int64_t HD, float scale, float *qp) {
+    pack_panel(q, ldq, p0, nv, HD, scale, qp, NULL, 0);
 }
 
 /* Whether `rows` rows (a key tile) `ld` floats apart crowd a 64-set cache

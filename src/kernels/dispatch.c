@@ -4,13 +4,13 @@
  * reference table is filled with the portable kernels, the AVX2 table is a
  * copy of it with AVX2's kernels written over, the AVX-512 table a copy of
  * the AVX2 one with AVX-512's written over (an entry an ISA does not have
- * is inherited from the one below). The tables are built once, on first
- * use, from the CPU features (common/cpu.c) and MHA_ISA, which is read only
- * then; pthread_once makes racing first uses safe. Afterwards every caller
- * reads the active table through one atomic pointer, which
- * mha_runtime_set_isa may swap. */
+ * is inherited from the one below), all from kernels.h's one list. The
+ * tables are built once, on first use, from the CPU features (common/cpu.c)
+ * and MHA_ISA, which is read only then; pthread_once makes racing first uses
+ * safe. Afterwards every caller reads the active table through one atomic
+ * pointer, which mha_runtime_set_isa may swap. */
 #include "common/common.h"
-#include "generator/generator.h"
+#include "gemm_backend.h"
 #include "kernels.h"
 
 #include <pthread.h>
@@ -24,62 +24,29 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[MHA_ISA_COUNT] = {"ref", "avx2", "avx512"};
 
-/* The entries every complete kernel set has, named mha__<kernel>_<sfx>. */
-#define FILL_SET(k, ISA, sfx)                            \
-    do {                                                 \
-        (k)->isa = ISA;                                  \
-        (k)->name = isa_names[ISA];                      \
-        (k)->attn_fwd = mha__attn_fwd_##sfx;             \
-        (k)->attn_fwd_scratch = mha__attn_fwd_##sfx##_scratch; \
-        (k)->attn_bwd = mha__attn_bwd_##sfx;             \
-        (k)->attn_bwd_scratch = mha__attn_bwd_##sfx##_scratch; \
-        (k)->mt_twist = mha__mt_twist_##sfx;             \
-        (k)->mt_temper = mha__mt_temper_##sfx;           \
-        (k)->mt_twist_temper = mha__mt_twist_temper_##sfx; \
-        (k)->keep_bits_raw = mha__keep_bits_raw_##sfx;   \
-        (k)->dropout_apply = mha__dropout_apply_##sfx;   \
-        (k)->gemv = mha__gemv_##sfx;                     \
-        (k)->layernorm = mha__layernorm_##sfx;           \
-        (k)->bias_gelu = mha__bias_gelu_##sfx;           \
-        (k)->residual_add = mha__residual_add_##sfx;     \
-    } while (0)
+/* The filling, from kernels.h's list: every entry of the reference table,
+ * then the entries an ISA has (Y in its column) over the copy it starts as. */
+#define SET_REF(name, ret, params, avx2, avx512) k->name = mha__##name##_ref;
+#define SET_AVX2(name, ret, params, avx2, avx512) MHA__IF_##avx2(k->name = mha__##name##_avx2;)
+#define SET_AVX512(name, ret, params, avx2, avx512) MHA__IF_##avx512(k->name = mha__##name##_avx512;)
 
-static void fill_ref(mha__kernels *k) {
-    FILL_SET(k, MHA_ISA_REF, ref);
-    k->gemm = mha__sgemm_ref;
-}
-
-/* The fast tables' GEMM: the BLAS backend of this build, or without one
- * the builtin packed GEMM of the table's ISA (gemm_body.h). */
-#if defined(MHA_HAVE_ONEDNN) || defined(MHA_HAVE_OPENBLAS)
-#define GEMM_OF(sfx) mha__sgemm_backend
-#else
-#define GEMM_OF(sfx) mha__gemm_packed_##sfx
-#endif
-
+static void fill(mha__kernels *k, mha__isa_t isa) {
+    k->isa = isa;
+    k->name = isa_names[isa];
+    switch (isa) {
+    case MHA_ISA_REF: MHA__KERNEL_LIST(SET_REF) break;
 #if defined(MHA_HAVE_AVX2_KERNELS)
-static void fill_avx2(mha__kernels *k) {
-    FILL_SET(k, MHA_ISA_AVX2, avx2);
-    k->gemm = GEMM_OF(avx2);
-}
+    case MHA_ISA_AVX2: MHA__KERNEL_LIST(SET_AVX2) break;
 #endif
-
 #if defined(MHA_HAVE_AVX512_KERNELS)
-static void fill_avx512(mha__kernels *k) {
-    k->isa = MHA_ISA_AVX512;
-    k->name = isa_names[MHA_ISA_AVX512];
-    k->attn_fwd = mha__attn_fwd_avx512;
-    k->attn_fwd_scratch = mha__attn_fwd_avx512_scratch;
-    k->attn_bwd = mha__attn_bwd_avx512;
-    k->attn_bwd_scratch = mha__attn_bwd_avx512_scratch;
-    k->gemv = mha__gemv_avx512;
-    k->layernorm = mha__layernorm_avx512;
-    k->bias_gelu = mha__bias_gelu_avx512;
-    k->residual_add = mha__residual_add_avx512;
-    k->gemm = GEMM_OF(avx512);
-    /* the generator's AVX2 kernels are memory-bound; no AVX-512 versions */
-}
+    case MHA_ISA_AVX512: MHA__KERNEL_LIST(SET_AVX512) break;
 #endif
+    default: break;
+    }
+    /* The fast tables' GEMM: the BLAS backend of this build, where it has
+     * one, instead of the ISA's builtin packed GEMM. */
+    if (isa != MHA_ISA_REF && mha__sgemm_backend_is_blas) k->gemm = mha__sgemm_backend;
+}
 
 /* MHA_ISA: "ref", "avx2", "avx512" or "auto" (unset or anything else: the
  * best the CPU has). A cap, never a promise: "avx512" on an AVX2 CPU gives
@@ -99,16 +66,16 @@ static const mha__kernels *best_up_to(mha__isa_t cap) {
 
 static void build(void) {
     const mha__cpu_features *cpu = mha__cpu();
-    fill_ref(&tables[MHA_ISA_REF]);
+    fill(&tables[MHA_ISA_REF], MHA_ISA_REF);
     have[MHA_ISA_REF] = true;
 #if defined(MHA_HAVE_AVX2_KERNELS)
     tables[MHA_ISA_AVX2] = tables[MHA_ISA_REF];
-    fill_avx2(&tables[MHA_ISA_AVX2]);
+    fill(&tables[MHA_ISA_AVX2], MHA_ISA_AVX2);
     have[MHA_ISA_AVX2] = cpu->avx2;
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
     tables[MHA_ISA_AVX512] = tables[MHA_ISA_AVX2];
-    fill_avx512(&tables[MHA_ISA_AVX512]);
+    fill(&tables[MHA_ISA_AVX512], MHA_ISA_AVX512);
     have[MHA_ISA_AVX512] = cpu->avx512 && have[MHA_ISA_AVX2];
 #endif
     (void)cpu;
@@ -156,7 +123,7 @@ mha_status mha_runtime_set_isa(const char *name) {
 
 const char *mha_runtime_blas(void) {
     const mha__kernels *k = mha__kernels_active();
-    if (k->gemm == mha__sgemm_ref) return "ref";
+    if (k->gemm == mha__gemm_ref) return "ref";
     if (k->gemm != mha__sgemm_backend) return k->isa == MHA_ISA_AVX512 ? "builtin (avx512)" : "builtin (avx2)";
     return mha__sgemm_backend_name();
 }

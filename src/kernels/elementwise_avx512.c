@@ -1,8 +1,5 @@
-/* elementwise_avx512.c — elementwise_body.h on AVX-512 (16 lanes). Exports
- * mha__layernorm_avx512, mha__bias_gelu_avx512, mha__residual_add_avx512. */
-#define LAYERNORM mha__layernorm_avx512
-#define BIAS_GELU mha__bias_gelu_avx512
-#define RESIDUAL_ADD mha__residual_add_avx512
+/* elementwise_avx512.c — elementwise_body.h on AVX-512 (16 lanes): the
+ * avx512 entries of layernorm, bias_gelu, residual_add and their backwards. */
+#define MHA_KSFX avx512
 #include "simd_avx512.h"
-#include "kernels.h"
 #include "elementwise_body.h"

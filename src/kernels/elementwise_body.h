@@ -1,8 +1,9 @@
 /* elementwise_body.h — chapter 4's elementwise layers (LayerNorm over rows,
- * bias + GELU, residual add with dropout), written once on a SIMD layer and
- * compiled per ISA (elementwise_avx2.c, elementwise_avx512.c; the tests
- * also compile it on the 16-lane emulation). Their oracles are the
- * reference entries in elementwise.c. Contracts: kernels.h.
+ * bias + GELU, residual add with dropout) and the backwards of LayerNorm and
+ * GELU, written once on a SIMD layer and compiled per ISA
+ * (elementwise_avx2.c, elementwise_avx512.c; the tests also compile it on
+ * the 16-lane emulation). Their oracles are the reference entries in
+ * elementwise_ref.c. Contracts: kernels.h.
  *
  * Every output element is a fixed sequence of operations that depends only
  * on its row (LayerNorm) or on itself (the others): not on the rows around
@@ -10,14 +11,16 @@
  * vector of a row goes through the same vector code on a zero-padded copy,
  * so a column's bits do not depend on whether it falls in a tail either.
  *
- * The including file defines LAYERNORM, BIAS_GELU and RESIDUAL_ADD (the
- * functions' names) after including a layer (simd_*.h). */
+ * The including file includes a layer (simd_*.h) and defines MHA_KSFX, the
+ * suffix of the functions' names (kernels.h's MHA__KNAME). */
 #ifndef VW
 #error "include a SIMD layer before elementwise_body.h"
 #endif
-#if !defined(LAYERNORM) || !defined(BIAS_GELU) || !defined(RESIDUAL_ADD)
-#error "define LAYERNORM, BIAS_GELU and RESIDUAL_ADD before including elementwise_body.h"
+#ifndef MHA_KSFX
+#error "define MHA_KSFX before including elementwise_body.h"
 #endif
+
+#include "kernels.h"
 
 #include "simd_exp.h"
 #include "simd_lanes.h"
@@ -44,53 +47,59 @@ VINL void ew_store_part(float *p, vf v, int64_t n) {
  * times) and squared; mean = m0 + sum(d)/E, var = sum(d^2)/E - (sum(d)/E)^2
  * (biased). Sums: two vector accumulators over pairs of vectors, a last
  * single vector into the first, the two added, lanes in order, the scalar
- * tail in order. 1/sqrt(var + eps) in double. */
-void LAYERNORM(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
-               const float *scale, const float *shift) {
+ * tail in order. 1/sqrt(var + eps) in double. The backward recomputes them
+ * with the same function: its xhat is the forward's, bit for bit. */
+VINL void ew_moments(const float *xr, int64_t E, float *mean, float *rstd) {
     const int64_t ev = E / VW * VW;
     const float rE = 1.0f / (float)E;
+    vf s0 = vf_zero(), s1 = vf_zero();
+    int64_t k = 0;
+    for (; k + 2 * VW <= ev; k += 2 * VW) {
+        s0 = vf_add(s0, vf_loadu(xr + k));
+        s1 = vf_add(s1, vf_loadu(xr + k + VW));
+    }
+    if (k < ev) s0 = vf_add(s0, vf_loadu(xr + k));
+    float sum = vf_sum_lanes(vf_add(s0, s1));
+    for (k = ev; k < E; k++) sum += xr[k];
+    const float m0 = sum * rE;
+
+    const vf mv0 = vf_set1(m0);
+    vf d0 = vf_zero(), d1 = vf_zero(), q0 = vf_zero(), q1 = vf_zero();
+    for (k = 0; k + 2 * VW <= ev; k += 2 * VW) {
+        const vf a = vf_sub(vf_loadu(xr + k), mv0), b = vf_sub(vf_loadu(xr + k + VW), mv0);
+        d0 = vf_add(d0, a);
+        d1 = vf_add(d1, b);
+        q0 = vf_fmadd(a, a, q0);
+        q1 = vf_fmadd(b, b, q1);
+    }
+    if (k < ev) {
+        const vf a = vf_sub(vf_loadu(xr + k), mv0);
+        d0 = vf_add(d0, a);
+        q0 = vf_fmadd(a, a, q0);
+    }
+    float sd = vf_sum_lanes(vf_add(d0, d1)), sq = vf_sum_lanes(vf_add(q0, q1));
+    for (k = ev; k < E; k++) {
+        const float a = xr[k] - m0;
+        sd += a;
+        sq = __builtin_fmaf(a, a, sq);
+    }
+    const float dm = sd * rE;
+    float var = __builtin_fmaf(-dm, dm, sq * rE);
+    if (!(var > 0.0f)) var = var == var ? 0.0f : var; /* rounding below 0; NaN stays */
+    *mean = m0 + dm;
+    *rstd = (float)(1.0 / sqrt((double)var + 1e-5));
+}
+
+void MHA__KNAME(layernorm)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
+                          const float *scale, const float *shift) {
+    const int64_t ev = E / VW * VW;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
-        vf s0 = vf_zero(), s1 = vf_zero();
-        int64_t k = 0;
-        for (; k + 2 * VW <= ev; k += 2 * VW) {
-            s0 = vf_add(s0, vf_loadu(xr + k));
-            s1 = vf_add(s1, vf_loadu(xr + k + VW));
-        }
-        if (k < ev) s0 = vf_add(s0, vf_loadu(xr + k));
-        float sum = vf_sum_lanes(vf_add(s0, s1));
-        for (k = ev; k < E; k++) sum += xr[k];
-        const float m0 = sum * rE;
-
-        const vf mv0 = vf_set1(m0);
-        vf d0 = vf_zero(), d1 = vf_zero(), q0 = vf_zero(), q1 = vf_zero();
-        for (k = 0; k + 2 * VW <= ev; k += 2 * VW) {
-            const vf a = vf_sub(vf_loadu(xr + k), mv0), b = vf_sub(vf_loadu(xr + k + VW), mv0);
-            d0 = vf_add(d0, a);
-            d1 = vf_add(d1, b);
-            q0 = vf_fmadd(a, a, q0);
-            q1 = vf_fmadd(b, b, q1);
-        }
-        if (k < ev) {
-            const vf a = vf_sub(vf_loadu(xr + k), mv0);
-            d0 = vf_add(d0, a);
-            q0 = vf_fmadd(a, a, q0);
-        }
-        float sd = vf_sum_lanes(vf_add(d0, d1)), sq = vf_sum_lanes(vf_add(q0, q1));
-        for (k = ev; k < E; k++) {
-            const float a = xr[k] - m0;
-            sd += a;
-            sq = __builtin_fmaf(a, a, sq);
-        }
-        const float dm = sd * rE;
-        float var = __builtin_fmaf(-dm, dm, sq * rE);
-        if (!(var > 0.0f)) var = var == var ? 0.0f : var; /* rounding below 0; NaN stays */
-        const float mean = m0 + dm;
-        const float inv = (float)(1.0 / sqrt((double)var + 1e-5));
-
+        float mean, inv;
+        ew_moments(xr, E, &mean, &inv);
         const vf mv = vf_set1(mean), iv = vf_set1(inv);
-        for (k = 0; k < ev; k += VW) {
+        for (int64_t k = 0; k < ev; k += VW) {
             const vf n = vf_mul(vf_sub(vf_loadu(xr + k), mv), iv);
             vf_storeu(yr + k, vf_fmadd(vf_loadu(scale + k), n, vf_loadu(shift + k)));
         }
@@ -114,8 +123,8 @@ VINL vf ew_gelu(vf x) {
     return vf_mul(vf_mul(vf_set1(0.5f), x), vf_add(vf_set1(1.0f), t));
 }
 
-void BIAS_GELU(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t n,
-               const float *bias) {
+void MHA__KNAME(bias_gelu)(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t n,
+                          const float *bias) {
     const int64_t nv = n / VW * VW;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * ldx;
@@ -155,8 +164,8 @@ VINL vf ew_residual(vf xv, vf yv, const float *bias, int64_t k, int64_t part,
     return vf_add(xv, yv);
 }
 
-void RESIDUAL_ADD(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,
-                  const float *bias, const mha__keep_view *keep) {
+void MHA__KNAME(residual_add)(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,
+                             const float *bias, const mha__keep_view *keep) {
     static const int32_t lane_bit[32] = {
         1 << 0,  1 << 1,  1 << 2,  1 << 3,  1 << 4,  1 << 5,  1 << 6,  1 << 7,
         1 << 8,  1 << 9,  1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15,
@@ -175,5 +184,99 @@ void RESIDUAL_ADD(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t ro
                           ew_residual(ew_load_part(xr + nv, n - nv), ew_load_part(yr + nv, n - nv),
                                       bias, nv, n - nv, keep, b0, sel),
                           n - nv);
+    }
+}
+
+/* ---- LayerNorm backward ---------------------------------------------------
+ * Per row: the forward's moments (ew_moments) and its xhat = (x - mean) *
+ * rstd; pass 1 sums dxhat = dy * scale and dxhat * xhat in float (two
+ * vector accumulators each over pairs of vectors, a last single vector and
+ * the zero-padded partial one into the first, lanes in order) and writes
+ * dyxhat = dy * xhat; pass 2: dx += rstd * ((dxhat - m1) - xhat * m2), m1
+ * and m2 the two sums over E. The padding of the partial vector (dy = 0)
+ * adds exact zeros. */
+VINL void ew_lnb_sums(vf x, vf dy, vf scale, vf mv, vf iv, vf *s1, vf *s2, vf *dyxh) {
+    const vf xh = vf_mul(vf_sub(x, mv), iv), dxh = vf_mul(dy, scale);
+    *s1 = vf_add(*s1, dxh);
+    *s2 = vf_fmadd(dxh, xh, *s2);
+    *dyxh = vf_mul(dy, xh);
+}
+
+VINL vf ew_lnb_dx(vf dx, vf x, vf dy, vf scale, vf mv, vf iv, vf m1, vf m2) {
+    const vf xh = vf_mul(vf_sub(x, mv), iv);
+    return vf_fmadd(iv, vf_fnmadd(xh, m2, vf_sub(vf_mul(dy, scale), m1)), dx);
+}
+
+void MHA__KNAME(layernorm_backward)(float *dx, float *dyxhat, const float *dy, const float *x, int64_t rows,
+                                   int64_t E, const float *scale) {
+    const int64_t ev = E / VW * VW, t = E - ev;
+    const float rE = 1.0f / (float)E;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * E, *gy = dy + r * E;
+        float *sr = dyxhat + r * E, *gx = dx + r * E;
+        float mean, inv;
+        ew_moments(xr, E, &mean, &inv);
+        const vf mv = vf_set1(mean), iv = vf_set1(inv);
+        vf a0 = vf_zero(), a1 = vf_zero(), b0 = vf_zero(), b1 = vf_zero(), p, q;
+        int64_t k = 0;
+        for (; k + 2 * VW <= ev; k += 2 * VW) {
+            ew_lnb_sums(vf_loadu(xr + k), vf_loadu(gy + k), vf_loadu(scale + k), mv, iv, &a0, &b0, &p);
+            ew_lnb_sums(vf_loadu(xr + k + VW), vf_loadu(gy + k + VW), vf_loadu(scale + k + VW), mv, iv, &a1,
+                        &b1, &q);
+            vf_storeu(sr + k, p);
+            vf_storeu(sr + k + VW, q);
+        }
+        if (k < ev) {
+            ew_lnb_sums(vf_loadu(xr + k), vf_loadu(gy + k), vf_loadu(scale + k), mv, iv, &a0, &b0, &p);
+            vf_storeu(sr + k, p);
+        }
+        if (t) {
+            ew_lnb_sums(ew_load_part(xr + ev, t), ew_load_part(gy + ev, t), ew_load_part(scale + ev, t), mv,
+                        iv, &a0, &b0, &p);
+            ew_store_part(sr + ev, p, t);
+        }
+        const vf m1 = vf_set1(vf_sum_lanes(vf_add(a0, a1)) * rE);
+        const vf m2 = vf_set1(vf_sum_lanes(vf_add(b0, b1)) * rE);
+        for (k = 0; k < ev; k += VW) {
+            const vf xv = vf_loadu(xr + k), g = vf_loadu(gy + k), s = vf_loadu(scale + k);
+            vf_storeu(gx + k, ew_lnb_dx(vf_loadu(gx + k), xv, g, s, mv, iv, m1, m2));
+        }
+        if (t) {
+            const vf d = ew_lnb_dx(ew_load_part(gx + ev, t), ew_load_part(xr + ev, t),
+                                   ew_load_part(gy + ev, t), ew_load_part(scale + ev, t), mv, iv, m1, m2);
+            ew_store_part(gx + ev, d, t);
+        }
+    }
+}
+
+/* ---- GELU backward --------------------------------------------------------
+ * gelu'(x) = (1 + tanh u) / 2 + x / 2 (1 - tanh^2 u) u', u = c (x + k x^3),
+ * u' = c (1 + 3 k x^2). With e = exp(-2u) and s = 1 / (1 + e) = (1 + tanh
+ * u) / 2, 1 - s = e s and 1 - tanh^2 u = 4 s (1 - s), so
+ *   gelu'(x) = s (1 + 2 x u' e s),
+ * in which nothing cancels but the final 1 + (...) where gelu' itself
+ * crosses zero (1 + tanh u, formed directly, would lose the digits of
+ * gelu' for negative x). x is clamped to [-9, 9] first: gelu' is 1 in
+ * float above 9 and below 3e-27 in magnitude under -9, and e s neither
+ * overflows nor goes subnormal inside. So +-inf gives 1 and nearly 0 where
+ * the reference gives NaN; NaN stays NaN. */
+VINL vf ew_gelu_grad(vf x) {
+    const vf c = vf_set1(0x1.988452p-1f), k = vf_set1(0.044715f), one = vf_set1(1.0f);
+    x = vf_min(vf_set1(9.0f), vf_max(vf_set1(-9.0f), x)); /* NaN stays NaN */
+    const vf kx2 = vf_mul(vf_mul(k, x), x);
+    const vf u = vf_mul(c, vf_fmadd(kx2, x, x));
+    const vf e = vf_exp(vf_mul(vf_set1(-2.0f), u));
+    const vf s = vf_div(one, vf_add(one, e));
+    const vf du = vf_mul(c, vf_fmadd(vf_set1(3.0f), kx2, one));
+    return vf_mul(s, vf_fmadd(vf_mul(vf_add(x, x), du), vf_mul(e, s), one));
+}
+
+void MHA__KNAME(gelu_backward)(float *d, const float *f, int64_t n) {
+    const int64_t nv = n / VW * VW;
+    for (int64_t k = 0; k < nv; k += VW)
+        vf_storeu(d + k, vf_mul(vf_loadu(d + k), ew_gelu_grad(vf_loadu(f + k))));
+    if (nv < n) {
+        const vf g = ew_gelu_grad(ew_load_part(f + nv, n - nv));
+        ew_store_part(d + nv, vf_mul(ew_load_part(d + nv, n - nv), g), n - nv);
     }
 }

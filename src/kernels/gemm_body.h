@@ -1,9 +1,9 @@
-/* gemm_body.h — the packed GEMM of the builtin backend, written once on a
- * SIMD layer and compiled once per ISA beside the attention bodies
- * (attn_avx2.c, attn_avx512.c, and the 16-lane emulation tests/attn_gen16.c).
- * Contract: kernels.h's mha__gemm_fn (one thread, row-major
+/* gemm_body.h — the builtin packed GEMM (the fast tables' gemm kernel in
+ * builds without a BLAS), written once on a SIMD layer and compiled once per
+ * ISA (gemm_avx2.c, gemm_avx512.c, and the 16-lane emulation
+ * tests/attn_gen16.c). Contract: kernels.h's gemm (one thread, row-major
  * C = alpha op(A) op(B) + beta C, false only when its buffer cannot be
- * allocated); the oracle is mha__sgemm_ref.
+ * allocated); the oracle is mha__gemm_ref.
  *
  * Goto/BLIS's loop nest: op(B) is packed KC x NC at a time into panels of
  * NR = PW columns, op(A) MC x KC at a time into panels of MR rows, and the
@@ -25,11 +25,10 @@
  * increasing order, whatever i, j, the tile's position or the caller's
  * split: a function of (K, KC) only.
  *
- * The including file has included a SIMD layer, attn_tunables.h and the
- * attention bodies (attn_panel.h), and defines GEMM_PACKED, the name of the
- * exported function. */
-#ifndef GEMM_PACKED
-#error "define GEMM_PACKED before including gemm_body.h"
+ * The including file has included a SIMD layer and attn_tunables.h, and
+ * defines MHA_KSFX, the suffix of the exported name (mha__gemm_<sfx>). */
+#ifndef MHA_KSFX
+#error "define MHA_KSFX before including gemm_body.h"
 #endif
 
 #include "attn_panel.h"
@@ -129,9 +128,9 @@ static void gemm_store(const float *t, int m, int n, float alpha, float beta, bo
     }
 }
 
-bool GEMM_PACKED(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                 int64_t ldc) {
+bool MHA__KNAME(gemm)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                      int64_t ldc) {
     if (M <= 0 || N <= 0) return true;
     if (K <= 0) { /* C = beta C, as BLAS defines it */
         for (int64_t i = 0; i < M; i++)

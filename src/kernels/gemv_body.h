@@ -1,6 +1,6 @@
 /* gemv_body.h — y = W x (+ bias), the one-row GEMM of token-by-token
  * decoding, written once on a SIMD layer and compiled per ISA
- * (gemv_avx2.c, gemv_avx512.c); mha__gemv_ref in gemm.c is its oracle.
+ * (gemv_avx2.c, gemv_avx512.c); mha__gemv_ref (gemv_ref.c) is its oracle.
  * Contract: kernels.h (mha__gemv_fn).
  *
  * Decoding reads every weight once per token: the kernel streams W's rows
@@ -11,21 +11,22 @@
  * summed in lane order, then the tail in k order, then the bias): it does
  * not depend on n's neighbours or on how the caller splits the rows.
  *
- * The including file defines GEMV (the function's name) after including a
- * layer (simd_*.h). */
+ * The including file includes a layer (simd_*.h) and defines MHA_KSFX, the
+ * suffix of the function's name (kernels.h's MHA__KNAME). */
 #ifndef VW
 #error "include a SIMD layer before gemv_body.h"
 #endif
-#ifndef GEMV
-#error "define GEMV before including gemv_body.h"
+#ifndef MHA_KSFX
+#error "define MHA_KSFX before including gemv_body.h"
 #endif
 
+#include "kernels.h"
 #include "simd_lanes.h"
 
 #include <stdint.h>
 
-void GEMV(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,
-          float *y) {
+void MHA__KNAME(gemv)(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,
+                      float *y) {
     const int64_t kv = K / VW * VW;
     int64_t n = 0;
     for (; n + 4 <= N; n += 4) {

@@ -16,7 +16,7 @@
 
 #include "attention/attention.h"
 #include "common/common.h"
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -178,45 +178,6 @@ size_t mha_module_backward_workspace_size(const mha_module *m, int64_t B, int64_
     return plan_backward(m, &d, &L) ? L.total : 0;
 }
 
-/* s[c - c0] += sum over rows r, in order, of a[r * lda + c], c0 <= c < c1. */
-static void colsum_block(double *s, const float *a, int64_t rows, int64_t c0, int64_t c1,
-                         int64_t lda) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = c0; c < c1; c++) s[c - c0] += (double)a[r * lda + c];
-}
-
-/* acc[c] += sum over rows r, in order, of a[r * lda + c], c < n, summed in
- * double and rounded once. */
-void mha__colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda) {
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * n > (1 << 20))
-#endif
-    for (int64_t c0 = 0; c0 < n; c0 += 64) {
-        double s[64] = {0};
-        const int64_t c1 = c0 + 64 < n ? c0 + 64 : n;
-        colsum_block(s, a, rows, c0, c1, lda);
-        for (int64_t c = c0; c < c1; c++) acc[c] += (float)s[c - c0];
-    }
-}
-
-/* s[c] += the same sums, kept in double, so that a sum taken over several
- * slices of rows rounds once, at the end (sums_flush). */
-static void colsum_f64(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * n > (1 << 20))
-#endif
-    for (int64_t c0 = 0; c0 < n; c0 += 64)
-        colsum_block(s + c0, a, rows, c0, c0 + 64 < n ? c0 + 64 : n, lda);
-}
-
-/* acc[c] += s[c], rounded once; s zeroed for the next sum. */
-static void sums_flush(float *acc, double *s, int64_t n) {
-    for (int64_t c = 0; c < n; c++) {
-        acc[c] += (float)s[c];
-        s[c] = 0.0;
-    }
-}
-
 /* The attention's backward for batch elements [b0, b0 + nb) of d: its rows
  * of dqkv (nb*T, P) from its rows of dctx. */
 static mha_status attention_slice(const mha__attention_desc *d, int64_t b0, int64_t nb,
@@ -353,13 +314,13 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
         if ((st = mha__sgemm(true, false, P, Din, n, 1.0f, dqkv, P, xs, Din, 1.0f, gw_qkv, Din)) !=
             MHA_OK)
             return backward_failed(tape, st);
-        if (gb_qkv) colsum_f64(sums, dqkv, n, P, P);
+        if (gb_qkv) mha__colsum_f64(sums, dqkv, n, P, P);
         if (dxs &&
             (st = mha__sgemm(false, false, n, Din, P, 1.0f, dqkv, P, m->w_qkv, Din, 0.0f, dxs, Din)) !=
                 MHA_OK)
             return backward_failed(tape, st);
     }
-    if (gb_qkv) sums_flush(gb_qkv, sums, P);
+    if (gb_qkv) mha__colsum_flush(gb_qkv, sums, P);
     tape->id = 0; /* consumed */
     return MHA_OK;
 }

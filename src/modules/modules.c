@@ -5,7 +5,7 @@
 
 #include "attention/attention.h"
 #include "common/common.h"
-#include "kernels/kernels.h"
+#include "kernels/drivers.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -54,11 +54,6 @@ mha_status mha__module_check_forward(const mha_module *m, const float *y, const 
 mha_status mha__module_workspace(mha_module *m, size_t need, void **workspace,
                                  size_t *workspace_size, const char *what);
 
-/* acc[c] += sum over rows r, in order, of a[r * lda + c], c < n: a bias's
- * gradient, the same bits whatever the thread count (columns are split
- * over threads, never rows). Also the GPT backward's (gpt_backward.c). */
-void mha__colsum_acc(float *acc, const float *a, int64_t rows, int64_t n, int64_t lda);
-
 /* MultiHeadAttention's out_proj: y (rows, D_out) = ctx W_out^T + b_out
  * (MHA_ERR_NOMEM as above). */
 MHA_NODISCARD mha_status mha__module_out_proj(const mha_module *m, float *y, const float *ctx,

@@ -329,21 +329,13 @@ static inline void sgd_range(bool fused, const sgd_k *k, float *restrict p,
     }
 }
 
-static int max_threads(void) {
-#if defined(MHA_HAVE_OPENMP)
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 /* f(o, k, at, n, c) over the arena in chunks of CHUNK floats (chunk c
  * from float at, n of them), on OpenMP threads when it is large: every
  * update is elementwise, so the result does not depend on the split. */
 typedef void (*chunk_fn)(mha_optimizer *o, const void *k, size_t at, size_t n, size_t c);
 
 static void for_chunks(mha_optimizer *o, chunk_fn f, const void *k) {
-    const int nt = max_threads();
+    const int nt = mha__max_threads();
     const int64_t nch = (int64_t)o->n_chunks;
     const size_t floats = o->ps->floats;
     (void)nt;

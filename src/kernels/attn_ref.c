@@ -1,15 +1,14 @@
-/* attention_ref.c — the reference attention kernel: the oracle the fast
+/* attn_ref.c — the reference attention kernels, forward and backward (the
+ * reference table's attn_fwd and attn_bwd, kernels.h): the oracles the fast
  * kernels are tested against. One query row at a time; that row's scores
  * are materialised (T floats), sums are taken in double. */
-#include "common/common.h"
-#include "generator/generator.h"
-#include "kernels/kernels.h"
-#include "kernels/philox.h"
+#include "kernels.h"
+#include "philox.h"
 
 #include <assert.h>
 #include <math.h>
 
-size_t mha__attn_fwd_ref_scratch(int64_t T, int64_t HD) {
+size_t mha__attn_fwd_scratch_ref(int64_t T, int64_t HD) {
     /* scores (T floats) + accumulator (HD doubles) */
     return (size_t)T + 2u * (size_t)HD + 16u;
 }
@@ -59,7 +58,7 @@ void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
             float w = j < n ? (float)(exp((double)s[j] - m) / sum) : 0.0f;
             bool keep = true;
             if (a->drop == MHA_DROP_GENERATOR)
-                keep = mha__dropout_keep(a->gen, a->drop_p);
+                keep = mha__dropout_keep_of(mha_generator_random64(a->gen), a->drop_p);
             else if (a->drop != MHA_DROP_NONE)
                 keep = keep_ij(a, i, j);
             /* a dropped weight is w * 0, as PyTorch's mask multiplies: a
@@ -81,7 +80,7 @@ void mha__attn_fwd_ref(const mha__attn_args *a, float *scratch) {
 
 /* ---- backward ----------------------------------------------------------- */
 
-size_t mha__attn_bwd_ref_scratch(int64_t T, int64_t HD) {
+size_t mha__attn_bwd_scratch_ref(int64_t T, int64_t HD) {
     /* dK and dV accumulators for up to T keys, dQ for one row: doubles */
     return 2u * (2u * (size_t)T * (size_t)HD + (size_t)HD) + 16u;
 }

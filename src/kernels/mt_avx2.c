@@ -1,24 +1,18 @@
-/* mt_avx2.c — AVX2 kernels of the generator's bulk paths (generator.c picks
- * them at run time through the dispatch table; the scalar versions there are the
- * reference and give identical bits):
+/* mt_avx2.c — AVX2 kernels of the generator's bulk paths (generator.c runs
+ * them through the dispatch table; the reference versions, mt_ref.c, give
+ * identical bits):
  *   - the mt19937 twist, 8 words at a time, in place;
  *   - the tempering of a run of state words;
  *   - U53 < q keep bits from pairs of raw outputs (integer compare);
  *   - applying keep bits to a float row (dropout's in * noise).
  * Only integer operations and one float multiply (IEEE, identical to the
  * scalar mulss) are used, so nothing here can round differently. */
-#include "generator/generator.h"
-
-#if defined(MHA_HAVE_AVX2_KERNELS)
+#include "kernels.h"
+#include "mt19937.h"
 
 #include <immintrin.h>
 
-enum { MT_N = 624, MT_M = 397, MT_D = MT_N - MT_M /* 227 */ };
-
-static inline uint32_t mix1(uint32_t u, uint32_t v) {
-    uint32_t y = (u & 0x80000000u) | (v & 0x7fffffffu);
-    return (y >> 1) ^ ((v & 1u) ? 0x9908b0dfu : 0u);
-}
+enum { MT_N = MHA_MT_N, MT_M = MHA_MT_M, MT_D = MT_N - MT_M /* 227 */ };
 
 /* mix(u, v) of 8 lanes: ((u & UPPER) | (v & LOWER)) >> 1, xor MATRIX where
  * v is odd. */
@@ -48,10 +42,10 @@ static inline void st8(uint32_t *p, __m256i v) { _mm256_storeu_si256((__m256i *)
 void mha__mt_twist_avx2(uint32_t *st) {
     int k = 0;
     for (; k + 8 <= MT_D; k += 8) st8(st + k, _mm256_xor_si256(ld8(st + k + MT_M), mix8(ld8(st + k), ld8(st + k + 1))));
-    for (; k < MT_D; k++) st[k] = st[k + MT_M] ^ mix1(st[k], st[k + 1]);
+    for (; k < MT_D; k++) st[k] = st[k + MT_M] ^ mha__mt_mix(st[k], st[k + 1]);
     for (; k + 8 <= MT_N - 1; k += 8) st8(st + k, _mm256_xor_si256(ld8(st + k - MT_D), mix8(ld8(st + k), ld8(st + k + 1))));
-    for (; k < MT_N - 1; k++) st[k] = st[k - MT_D] ^ mix1(st[k], st[k + 1]);
-    st[MT_N - 1] = st[MT_M - 1] ^ mix1(st[MT_N - 1], st[0]);
+    for (; k < MT_N - 1; k++) st[k] = st[k - MT_D] ^ mha__mt_mix(st[k], st[k + 1]);
+    st[MT_N - 1] = st[MT_M - 1] ^ mha__mt_mix(st[MT_N - 1], st[0]);
 }
 
 static inline __m256i temper8(__m256i y) {
@@ -63,14 +57,6 @@ static inline __m256i temper8(__m256i y) {
     return _mm256_xor_si256(y, _mm256_srli_epi32(y, 18));
 }
 
-static inline uint32_t temper1(uint32_t y) {
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
 void mha__mt_temper_avx2(const uint32_t *src, uint32_t *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -79,7 +65,7 @@ void mha__mt_temper_avx2(const uint32_t *src, uint32_t *dst, size_t n) {
         st8(dst + i + 8, b);
     }
     for (; i + 8 <= n; i += 8) st8(dst + i, temper8(ld8(src + i)));
-    for (; i < n; i++) dst[i] = temper1(src[i]);
+    for (; i < n; i++) dst[i] = mha__mt_temper1(src[i]);
 }
 
 /* Twist, then temper all 624 words into dst: the common case of a bulk
@@ -94,8 +80,8 @@ void mha__mt_twist_temper_avx2(uint32_t *st, uint32_t *dst) {
         st8(dst + k, temper8(x));
     }
     for (; k < MT_D; k++) {
-        st[k] = st[k + MT_M] ^ mix1(st[k], st[k + 1]);
-        dst[k] = temper1(st[k]);
+        st[k] = st[k + MT_M] ^ mha__mt_mix(st[k], st[k + 1]);
+        dst[k] = mha__mt_temper1(st[k]);
     }
     for (; k + 8 <= MT_N - 1; k += 8) {
         const __m256i x = _mm256_xor_si256(ld8(st + k - MT_D), mix8(ld8(st + k), ld8(st + k + 1)));
@@ -103,11 +89,11 @@ void mha__mt_twist_temper_avx2(uint32_t *st, uint32_t *dst) {
         st8(dst + k, temper8(x));
     }
     for (; k < MT_N - 1; k++) {
-        st[k] = st[k - MT_D] ^ mix1(st[k], st[k + 1]);
-        dst[k] = temper1(st[k]);
+        st[k] = st[k - MT_D] ^ mha__mt_mix(st[k], st[k + 1]);
+        dst[k] = mha__mt_temper1(st[k]);
     }
-    st[MT_N - 1] = st[MT_M - 1] ^ mix1(st[MT_N - 1], st[0]);
-    dst[MT_N - 1] = temper1(st[MT_N - 1]);
+    st[MT_N - 1] = st[MT_M - 1] ^ mha__mt_mix(st[MT_N - 1], st[0]);
+    dst[MT_N - 1] = mha__mt_temper1(st[MT_N - 1]);
 }
 
 /* raw holds 2n outputs, (hi, lo) per element. Per 64-bit lane the
@@ -140,16 +126,7 @@ void mha__keep_bits_raw_avx2(const uint32_t *raw, size_t n, uint64_t threshold,
         }
         bits[w] = b;
     }
-    const size_t rest = n - w * 64;
-    if (rest != 0) {
-        const uint32_t *r = raw + w * 128;
-        uint64_t b = 0;
-        for (size_t i = 0; i < rest; i++) {
-            const uint64_t v = ((uint64_t)(r[2 * i] & 0x1fffffu) << 32) | r[2 * i + 1];
-            b |= (uint64_t)(v < threshold) << i;
-        }
-        bits[w] = b;
-    }
+    if (n > w * 64) mha__keep_bits_raw_ref(raw + w * 128, n - w * 64, threshold, bits + w);
 }
 
 /* out[i] = in[i] * (keep_i ? scale : 0.0f). The noise vector is scale
@@ -171,7 +148,3 @@ void mha__dropout_apply_avx2(float *out, const float *in, const uint64_t *bits, 
         out[i] = in[i] * noise;
     }
 }
-
-#else
-typedef int mha__mt_avx2_unused; /* ISO C: no empty translation unit */
-#endif

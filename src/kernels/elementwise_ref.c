@@ -1,0 +1,102 @@
+/* elementwise_ref.c — chapter 4's elementwise layers and their backwards:
+ * the reference kernels (plain C, the oracles of elementwise_body.h's
+ * versions), and the column sums of the bias gradients. Contracts:
+ * kernels.h; the threaded drivers: rows.c. */
+#include "kernels.h"
+
+#include <math.h>
+
+/* Mean and variance in double (two passes), so the reference is the
+ * accurate one the fast kernels are measured against. */
+void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *rstd) {
+    double m = 0.0, var = 0.0;
+    for (int64_t i = 0; i < E; i++) m += (double)x[i];
+    m /= (double)E;
+    for (int64_t i = 0; i < E; i++) {
+        const double d = (double)x[i] - m;
+        var += d * d;
+    }
+    var /= (double)E;
+    *mean = (float)m;
+    *rstd = (float)(1.0 / sqrt(var + 1e-5));
+}
+
+void mha__layernorm_ref(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,
+                        const float *scale, const float *shift) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ldx;
+        float *yr = y + r * ldy;
+        float mf, inv;
+        mha__layernorm_moments_ref(xr, E, &mf, &inv);
+        for (int64_t i = 0; i < E; i++) yr[i] = fmaf(scale[i], (xr[i] - mf) * inv, shift[i]);
+    }
+}
+
+/* The book's GELU in float, as torch evaluates it op by op. */
+void mha__bias_gelu_ref(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t n,
+                        const float *bias) {
+    const float c = sqrtf((float)(2.0 / 3.14159265358979323846)), k = 0.044715f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = bias ? x[r * ldx + i] + bias[i] : x[r * ldx + i];
+            y[r * ldy + i] = 0.5f * v * (1.0f + tanhf(c * (v + k * v * v * v)));
+        }
+}
+
+void mha__residual_add_ref(float *x, int64_t ldx, const float *y, int64_t ldy, int64_t rows, int64_t n,
+                           const float *bias, const mha__keep_view *keep) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            float t = bias ? y[r * ldy + i] + bias[i] : y[r * ldy + i];
+            if (keep) {
+                const int64_t b = keep->bit0 + r * keep->ld + i;
+                t *= ((keep->bits[b >> 6] >> (b & 63)) & 1u) ? keep->scale : 0.0f;
+            }
+            x[r * ldx + i] += t;
+        }
+}
+
+/* ---- backwards ------------------------------------------------------------- */
+
+/* Per row, in double: dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat *
+ * xhat)), dxhat = dy * scale, with the mean and rstd of the forward
+ * (mha__layernorm_moments_ref, rounded to float as there). */
+void mha__layernorm_backward_ref(float *dx, float *dyxhat, const float *dy, const float *x, int64_t rows,
+                                 int64_t E, const float *scale) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * E, *gy = dy + r * E;
+        float *sr = dyxhat + r * E, *gx = dx + r * E;
+        float mf, inv;
+        mha__layernorm_moments_ref(xr, E, &mf, &inv);
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t i = 0; i < E; i++) {
+            const float xh = (xr[i] - mf) * inv;
+            const double dxh = (double)gy[i] * (double)scale[i];
+            s1 += dxh;
+            s2 += dxh * (double)xh;
+            sr[i] = gy[i] * xh;
+        }
+        s1 /= (double)E;
+        s2 /= (double)E;
+        for (int64_t i = 0; i < E; i++) {
+            const double xh = (double)((xr[i] - mf) * inv), dxh = (double)gy[i] * (double)scale[i];
+            gx[i] += (float)((double)inv * (dxh - s1 - xh * s2));
+        }
+    }
+}
+
+/* d *= gelu'(f), the exact derivative of the tanh form, in double:
+ *   0.5 (1 + t) + 0.5 f (1 - t^2) c (1 + 3 k f^2), t = tanh(c (f + k f^3)). */
+void mha__gelu_backward_ref(float *d, const float *f, int64_t n) {
+    const double c = sqrt(2.0 / 3.14159265358979323846), k = 0.044715;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = (double)f[i], t = tanh(c * (x + k * x * x * x));
+        const double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * k * x * x);
+        d[i] = (float)((double)d[i] * g);
+    }
+}
+
+void mha__colsum_ref(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < n; c++) s[c] += (double)a[r * lda + c];
+}

@@ -1,0 +1,250 @@
+/* gemm_tiles.c — the threaded GEMM driver (drivers.h): mha__sgemm and its
+ * bias and epilogue forms.
+ *
+ * Determinism by design: mha__sgemm cuts C into tiles whose sizes are a
+ * function of (M, N, K) alone (plan_tiles), computes each tile with one
+ * single-threaded call of the active table's gemm kernel (the backend, the
+ * builtin packed GEMM, or the reference loops), and deals the tiles to
+ * OpenMP threads. An element of C is therefore computed by the same call on
+ * the same operands whatever the thread count, and OpenBLAS's or oneDNN's
+ * own threading (whose splits depend on the thread count) never runs. */
+#include "common/common.h"
+#include "drivers.h"
+#include "gemm_backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#if defined(MHA_HAVE_OPENMP)
+#include <omp.h>
+#endif
+
+/* ---- tiles ------------------------------------------------------------------- */
+
+/* Tile targets (measured on the project machines; see bench/bench_sgemm):
+ * large enough that the backend's packing of A and B is a few percent of a
+ * tile's work, small enough for a few tiles per thread on big GEMMs. On a
+ * 2-core Zen 3 with oneDNN, 512 x 768 tiles ran 135-153 GFLOP/s at the
+ * projection shapes against 139-151 for one multi-threaded dnnl_sgemm call;
+ * 256 x 768, 384 x 384 and 768 x 768 were within a few percent. */
+#ifndef MHA_GEMM_TILE_M
+#define MHA_GEMM_TILE_M 512
+#endif
+#ifndef MHA_GEMM_TILE_N
+#define MHA_GEMM_TILE_N 768
+#endif
+
+typedef struct {
+    int64_t mb, nb;   /* tile size (the last row/column of tiles may be smaller) */
+    int64_t nm, nn;   /* tiles down and across */
+} tile_plan;
+
+/* n cut into ceil(n / target) near-equal parts, rounded up to 16. */
+static void cut(int64_t n, int64_t target, int64_t *size, int64_t *count) {
+    const int64_t parts = (n + target - 1) / target;
+    int64_t s = (n + parts - 1) / parts;
+    s = (s + 15) / 16 * 16;
+    *size = s;
+    *count = (n + s - 1) / s;
+}
+
+/* A function of the shape only: never of the thread count. Smaller GEMMs
+ * get smaller tiles (down to 64 x 128) so that they still split into at
+ * least 4, and large ones into at least 12 (more tiles cost packing; fewer
+ * leave cores idle: the tiles are equal, so a count that 2, 3 and 4
+ * threads do not divide, like the 5 of a 2304 x 768 weight gradient,
+ * left one of 2 cores idle for a sixth of the product). */
+static tile_plan plan_tiles(int64_t M, int64_t N, int64_t K) {
+    tile_plan p;
+    int64_t tm = MHA_GEMM_TILE_M, tn = MHA_GEMM_TILE_N;
+    const double work = (double)M * (double)N * (double)K;
+    if (work < 2e6) { /* one call: not worth splitting */
+        p.mb = M, p.nb = N, p.nm = 1, p.nn = 1;
+        return p;
+    }
+    const int64_t want = work >= 1e8 ? 12 : 4;
+    for (;;) {
+        cut(M, tm, &p.mb, &p.nm);
+        cut(N, tn, &p.nb, &p.nn);
+        if (p.nm * p.nn >= want || (tm <= 64 && tn <= 128)) break;
+        if (tm > 64 && (tm >= tn || tn <= 128)) tm /= 2;
+        else tn /= 2;
+    }
+    return p;
+}
+
+typedef struct {
+    const mha__kernels *k;
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B, *bias;
+    int64_t lda, ldb, ldc;
+    float *C;
+    tile_plan p;
+    const mha__gemm_epilogue *epi; /* or NULL */
+} gemm_job;
+
+/* The epilogue on the block at rows [r0, r0 + m), columns [c0, c0 + n) of
+ * C, just computed. */
+static void epilogue(const mha__kernels *k, const mha__gemm_epilogue *e, int64_t r0, int64_t c0,
+                     int64_t m, int64_t n, float *c, int64_t ldc) {
+    const float *bias = e->bias ? e->bias + c0 : NULL;
+    if (e->kind == MHA_EPI_GELU && e->x) { /* GELU's input kept for a backward */
+        float *f = e->x + r0 * e->ldx + c0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t q = 0; q < n; q++) f[i * e->ldx + q] = bias ? c[i * ldc + q] + bias[q] : c[i * ldc + q];
+        k->bias_gelu(c, ldc, f, e->ldx, m, n, NULL);
+        return;
+    }
+    if (e->kind == MHA_EPI_GELU) {
+        k->bias_gelu(c, ldc, c, ldc, m, n, bias);
+        return;
+    }
+    mha__keep_view kv = e->keep;
+    kv.bit0 += r0 * kv.ld + c0;
+    k->residual_add(e->x + r0 * e->ldx + c0, e->ldx, c, ldc, m, n, bias, kv.bits ? &kv : NULL);
+}
+
+/* Tile t: rows [r0, r1), columns [c0, c1) of C = alpha op(A) op(B) + beta C
+ * (+ bias: written into C first, then accumulated into with beta = 1). */
+static bool run_tile(const gemm_job *j, int64_t t) {
+    const int64_t r0 = (t / j->p.nn) * j->p.mb, c0 = (t % j->p.nn) * j->p.nb;
+    const int64_t m = j->M - r0 < j->p.mb ? j->M - r0 : j->p.mb;
+    const int64_t n = j->N - c0 < j->p.nb ? j->N - c0 : j->p.nb;
+    const float *a = j->trans_a ? j->A + r0 : j->A + r0 * j->lda;
+    const float *b = j->trans_b ? j->B + c0 * j->ldb : j->B + c0;
+    float *c = j->C + r0 * j->ldc + c0;
+    float beta = j->beta;
+    if (j->bias) {
+        for (int64_t i = 0; i < m; i++) memcpy(c + i * j->ldc, j->bias + c0, (size_t)n * sizeof(float));
+        beta = 1.0f;
+    }
+    if (j->K > 0) {
+        if (!j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, j->lda, b, j->ldb, beta,
+                        c, j->ldc))
+            return false;
+    } else {
+        for (int64_t i = 0; i < m; i++) /* K == 0: C = beta C, as BLAS defines it */
+            for (int64_t q = 0; q < n; q++) {
+                float *e = &c[i * j->ldc + q];
+                *e = beta == 0.0f ? 0.0f : beta * *e;
+            }
+    }
+    if (j->epi) epilogue(j->k, j->epi, r0, c0, m, n, c, j->ldc);
+    return true;
+}
+
+/* ---- one row: GEMV --------------------------------------------------------- */
+
+/* Rows of W per task: a fixed split, whatever the thread count. */
+#define MHA_GEMV_ROWS 256
+
+/* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, rows
+ * of B in fixed blocks dealt to threads (each block then through the
+ * epilogue, if any, which adds the bias itself). */
+static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
+                      int64_t ldb, const float *bias, float *C, const mha__gemm_epilogue *epi) {
+    const int64_t nblk = (N + MHA_GEMV_ROWS - 1) / MHA_GEMV_ROWS;
+#if defined(MHA_HAVE_OPENMP)
+#pragma omp parallel for schedule(static) if (nblk > 1 && (double)N * (double)K > 1e5 && !omp_in_parallel())
+#endif
+    for (int64_t b = 0; b < nblk; b++) {
+        const int64_t n0 = b * MHA_GEMV_ROWS, n = N - n0 < MHA_GEMV_ROWS ? N - n0 : MHA_GEMV_ROWS;
+        k->gemv(n, K, A, B + n0 * ldb, ldb, bias ? bias + n0 : NULL, C + n0);
+        if (epi) epilogue(k, epi, 0, n0, 1, n, C + n0, n);
+    }
+}
+
+/* MHA_ERR_NOMEM for an M x N x K product, set on the calling thread (the
+ * detail is per thread): what names the memory that was not there. */
+static mha_status gemm_nomem(const char *what, int64_t M, int64_t N, int64_t K) {
+    return mha__fail(MHA_ERR_NOMEM,
+                     "out of memory in the GEMM backend (%s) on a %lld x %lld x %lld product "
+                     "(%s)",
+                     mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K, what);
+}
+
+/* A backend call failed. */
+static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
+    if (!failed) return MHA_OK;
+    char what[96];
+    mha__backend_buffers(what, sizeof what, M, N, K);
+    return gemm_nomem(what, M, N, K);
+}
+
+/* The backend was not called: the address space it would need is not there. */
+static mha_status reserve_status(size_t bytes, int64_t M, int64_t N, int64_t K) {
+    char what[96];
+    snprintf(what, sizeof what, "could not reserve the %zu bytes it needs first", bytes);
+    return gemm_nomem(what, M, N, K);
+}
+
+static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                              float alpha, const float *A, int64_t lda, const float *B,
+                              int64_t ldb, float beta, float *C, int64_t ldc, const float *bias,
+                              const mha__gemm_epilogue *epi) {
+    if (M <= 0 || N <= 0) return MHA_OK;
+    if (M == 1 && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || bias) && K > 0) {
+        gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C, epi);
+        return MHA_OK;
+    }
+    gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
+                  lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1), epi};
+    const int64_t ntiles = j.p.nm * j.p.nn;
+    bool failed = false; /* a backend call ran out of memory: C is then unspecified */
+    const bool on_backend = j.k->gemm == mha__sgemm_backend && K > 0;
+#if defined(MHA_HAVE_OPENMP)
+    if (ntiles > 1 && !omp_in_parallel()) {
+        const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
+        const size_t short_of = on_backend ? mha__backend_reserve(nt) : 0;
+        if (short_of) return reserve_status(short_of, M, N, K);
+#pragma omp parallel num_threads(nt) reduction(|| : failed)
+        {
+            /* The backend must not start threads of its own: oneDNN reads
+             * this thread's OpenMP setting (the setting lives and dies with
+             * this parallel region's implicit task). */
+            omp_set_num_threads(1);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < ntiles; t++)
+                if (!failed && !run_tile(&j, t)) failed = true;
+        }
+        return gemm_status(failed, M, N, K);
+    }
+    if (!omp_in_parallel()) {
+        const size_t short_of = on_backend ? mha__backend_reserve(1) : 0;
+        if (short_of) return reserve_status(short_of, M, N, K);
+        /* One tile on the calling thread: a one-thread team so that the
+         * backend's thread setting can be changed without touching the
+         * caller's. */
+#pragma omp parallel num_threads(1) reduction(|| : failed)
+        {
+            omp_set_num_threads(1);
+            for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
+        }
+        return gemm_status(failed, M, N, K);
+    }
+#endif
+    const size_t short_of = on_backend ? mha__backend_reserve(1) : 0;
+    if (short_of) return reserve_status(short_of, M, N, K);
+    for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
+    return gemm_status(failed, M, N, K);
+}
+
+mha_status mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc) {
+    return sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+}
+
+mha_status mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t lda, const float *B, int64_t ldb,
+                           const float *bias, float *C, int64_t ldc) {
+    return sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, NULL);
+}
+
+mha_status mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                               const float *B, int64_t ldb, float *C, int64_t ldc,
+                               const mha__gemm_epilogue *epi) {
+    return sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, NULL, epi);
+}
