@@ -405,19 +405,24 @@ static void teardown_gpt(op *o) {
     s->m = NULL, s->g = NULL, s->logits = NULL, s->init = NULL, s->tape = NULL;
 }
 
-static void keep_gpt_params(op *o) {
+/* The result: head_len bytes of head, then every parameter's floats (or,
+ * grads, every gradient's) in order. */
+static void keep_gpt_set(op *o, bool grads, const void *head, size_t head_len) {
     gpt_state *s = o->state;
-    unsigned char *buf = malloc((size_t)mha_params_scalars(mha_gpt_params(s->m)) * 4 * 2 + 64);
-    size_t at = 0;
-    for (size_t i = 0; i < mha_params_count(mha_gpt_params(s->m)); i++) {
+    mha_params *ps = mha_gpt_params(s->m);
+    unsigned char *buf = malloc((size_t)mha_params_scalars(ps) * 4 * 2 + 64);
+    memcpy(buf, head, head_len);
+    size_t at = head_len;
+    for (size_t i = 0; i < mha_params_count(ps); i++) {
         mha_param p;
-        REQUIRE(mha_params_get(mha_gpt_params(s->m), i, &p) == MHA_OK, "param");
+        REQUIRE((grads ? mha_params_grad(ps, i, &p) : mha_params_get(ps, i, &p)) == MHA_OK, "param");
         memcpy(buf + at, p.data, (size_t)p.numel * 4);
         at += (size_t)p.numel * 4;
     }
     set_out(o, buf, at);
     free(buf);
 }
+static void keep_gpt_params(op *o) { keep_gpt_set(o, false, "", 0); }
 
 /* create (0: zero, 1: seeded, 2: create + init, 3: tied head) */
 static mha_status run_gpt_create(op *o) {
@@ -483,17 +488,7 @@ static mha_status run_gpt_tape(op *o) {
 }
 static void keep_gpt_grads(op *o) {
     gpt_state *s = o->state;
-    unsigned char *buf = malloc((size_t)mha_params_scalars(mha_gpt_params(s->m)) * 4 * 2 + 64);
-    memcpy(buf, &s->loss, 4);
-    size_t at = 4;
-    for (size_t i = 0; i < mha_params_count(mha_gpt_params(s->m)); i++) {
-        mha_param p;
-        REQUIRE(mha_params_grad(mha_gpt_params(s->m), i, &p) == MHA_OK, "grad");
-        memcpy(buf + at, p.data, (size_t)p.numel * 4);
-        at += (size_t)p.numel * 4;
-    }
-    set_out(o, buf, at);
-    free(buf);
+    keep_gpt_set(o, true, &s->loss, sizeof s->loss);
 }
 
 /* generation: KV cache greedy (0), cache sampled top-k (1), full forward (2) */

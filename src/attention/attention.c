@@ -56,6 +56,15 @@ size_t mha__attention_keep_words(const mha__attention_desc *d) {
     return n;
 }
 
+void mha__attention_desc_init(mha__attention_desc *d, int64_t B, int64_t T, int64_t H, int64_t HD) {
+    memset(d, 0, sizeof *d);
+    d->B = B;
+    d->T = T;
+    d->H = H;
+    d->HD = HD;
+    d->scale = (float)(1.0 / sqrt((double)HD));
+}
+
 size_t mha__attention_workspace(const mha__attention_desc *d) {
     size_t per = mha__align64(kernel_scratch_floats(d) * sizeof(float)), total;
     if (!mha__mul_size(per, (size_t)mha__max_threads(), &total)) return 0;

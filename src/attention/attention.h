@@ -59,6 +59,12 @@ typedef struct {
     int64_t t_begin;
 } mha__attention_desc;
 
+/* A description of B x H heads of (T, HD) with nothing else set: the
+ * scale PyTorch's 1 / sqrt(head_dim) (multiplying by the float reciprocal
+ * differs from its division by at most one rounding of the scores), no
+ * mask, no dropout, no buffers (the caller sets the layout and buffers). */
+void mha__attention_desc_init(mha__attention_desc *d, int64_t B, int64_t T, int64_t H, int64_t HD);
+
 /* Workspace bytes mha__attention_forward needs; 0 on overflow. */
 size_t mha__attention_workspace(const mha__attention_desc *d);
 /* ERR_WORKSPACE when ws_size is too small. */

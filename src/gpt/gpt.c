@@ -300,13 +300,8 @@ static mha_status check_ids(const mha_gpt *m, const int32_t *idx, int64_t n) {
 
 void mha__gpt_attention_desc(const mha_gpt *m, mha__attention_desc *d, int64_t B, int64_t T, bool drop,
                              mha_generator *gen) {
-    memset(d, 0, sizeof *d);
-    d->B = B;
-    d->T = T;
-    d->H = m->H;
-    d->HD = m->HD;
+    mha__attention_desc_init(d, B, T, m->H, m->HD);
     d->head_stride = m->HD;
-    d->scale = (float)(1.0 / sqrt((double)m->HD));
     d->causal = true;
     d->ld_qkv = 3 * m->E;
     d->q_base = 0;

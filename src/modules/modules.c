@@ -323,17 +323,10 @@ typedef struct {
 void mha__module_attention_desc(const mha_module *m, mha__attention_desc *d, int64_t B,
                                 int64_t T, const mha_forward_opts *o) {
     const mha_config *c = &m->cfg;
-    memset(d, 0, sizeof *d);
-    d->B = B;
-    d->T = T;
-    d->H = m->H;
-    d->HD = m->HD;
+    mha__attention_desc_init(d, B, T, m->H, m->HD);
     d->ld_qkv = m->P;
     mha__module_qkv_layout(m, &d->q_base, &d->k_base, &d->v_base, &d->head_stride);
     d->ldo = m->W;
-    /* PyTorch divides by sqrt(d_k); multiplying by the float reciprocal
-     * differs by at most one rounding of the scores. */
-    d->scale = (float)(1.0 / sqrt((double)m->HD));
     d->causal = c->kind >= MHA_CAUSAL_ATTENTION;
     if (o && o->training && c->kind >= MHA_CAUSAL_ATTENTION && c->dropout > 0.0) {
         d->p = c->dropout;
