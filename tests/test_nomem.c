@@ -840,6 +840,7 @@ int main(void) {
         }
         static const char *const trn[] = {"GPTModel loss_backward + AdamW",
                                           "GPTModel tied: loss_backward + SGD"};
+        s.cfg.n_layers = 1; /* each step saves and loads every tensor: one block has them all */
         for (int mode = 0; mode < 2; mode++) {
             s.mode = mode;
             op o = {trn[mode], setup_gpt_train, run_gpt_train, keep_gpt_params, teardown_gpt, &s, NULL, 0};
