@@ -35,12 +35,12 @@ static float *G(mha_gpt *m, const float *p) { return mha__grad_of(&m->params, p)
 
 /* ---- backward ----------------------------------------------------------------- */
 
-/* y = a * the keep bits' mask (a copy without dropout) */
-static void mask(const mha_gpt *m, const mha_gpt_tape *t, float *y, const float *a, const uint64_t *bits, int64_t n) {
-    if (t->drop)
-        mha__dropout_apply_n(y, a, bits, (size_t)n, mha__dropout_scale(m->cfg.drop_rate));
-    else if (y != a)
-        memcpy(y, a, (size_t)n * sizeof(float));
+/* a * the keep bits' mask, in y; without dropout a itself (no copy) */
+static const float *masked(const mha_gpt *m, const mha_gpt_tape *t, float *y, const float *a, const uint64_t *bits,
+                           int64_t n) {
+    if (!t->drop) return a;
+    mha__dropout_apply_n(y, a, bits, (size_t)n, mha__dropout_scale(m->cfg.drop_rate));
+    return y;
 }
 
 /* A failing call (MHA_ERR_NOMEM from a GEMM) ends the backward; gradients
@@ -52,16 +52,16 @@ static void mask(const mha_gpt *m, const mha_gpt_tape *t, float *y, const float 
     } while (0)
 
 /* dx (R, E): the gradient at the last block's output in, the first
- * block's input's out. Scratch: t0 (dz, da), t1 (dh, do), t2 (LayerNorm),
+ * block's input's out. Scratch: t0 (dz, da with dropout), t1 (dh, do), t2 (LayerNorm),
  * t4 (df, dqkv). */
 static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
     const int64_t E = m->E, R = t->B * t->T;
-    float *dz = t->t0, *dh = t->t1, *lns = t->t2, *df = t->t4;
+    float *dh = t->t1, *lns = t->t2, *df = t->t4;
     for (int64_t l = m->L - 1; l >= 0; l--) {
         const mha__gpt_block *b = &m->blocks[l];
         const mha__gpt_acts *tb = &t->blk[l];
         /* feed-forward */
-        mask(m, t, dz, dx, tb->kb2, R * E);
+        const float *dz = masked(m, t, t->t0, dx, tb->kb2, R * E); /* read before dx changes */
         TRY(mha__sgemm(true, false, E, 4 * E, R, 1.0f, dz, E, tb->g, 4 * E, 1.0f, G(m, b->w2), 4 * E));
         mha__colsum_acc(G(m, b->b2), dz, R, E, E);
         TRY(mha__sgemm(false, false, R, 4 * E, E, 1.0f, dz, E, b->w2, 4 * E, 0.0f, df, 4 * E));
@@ -71,7 +71,7 @@ static mha_status blocks_backward(mha_gpt *m, mha_gpt_tape *t, float *dx) {
         TRY(mha__sgemm(false, false, R, E, 4 * E, 1.0f, df, 4 * E, b->w1, E, 0.0f, dh, E));
         mha__layernorm_backward_rows(dx, dh, tb->x1, b->ln2_s, G(m, b->ln2_s), G(m, b->ln2_b), lns, R, E);
         /* attention */
-        mask(m, t, dz, dx, tb->kb1, R * E);
+        dz = masked(m, t, t->t0, dx, tb->kb1, R * E);
         TRY(mha__sgemm(true, false, E, E, R, 1.0f, dz, E, tb->o, E, 1.0f, G(m, b->w_out), E));
         mha__colsum_acc(G(m, b->b_out), dz, R, E, E);
         TRY(mha__sgemm(false, false, R, E, E, 1.0f, dz, E, b->w_out, E, 0.0f, dh, E));
@@ -121,7 +121,7 @@ mha_status mha__gpt_model_backward(mha_gpt *m, mha_gpt_tape *t, const float *dlo
     mha_status st = blocks_backward(m, t, dx);
     if (st != MHA_OK) return st;
     /* drop_emb, then the embeddings: columns over threads, rows in order */
-    if (t->drop) mask(m, t, dx, dx, t->kb_emb, R * E);
+    masked(m, t, dx, dx, t->kb_emb, R * E);
     float *gtok = G(m, m->tok_emb), *gpos = G(m, m->pos_emb);
     const int32_t *idx = t->idx;
 #if defined(MHA_HAVE_OPENMP)
