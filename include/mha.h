@@ -168,6 +168,14 @@ MHA_API void mha_generator_set_variant(mha_generator *g, mha_rng_variant v);
 MHA_API uint32_t mha_generator_random(mha_generator *g);
 MHA_API uint64_t mha_generator_random64(mha_generator *g);
 
+/* torch.empty((), dtype=torch.int64).random_(): random64() mod 2^63. A
+ * DataLoader iterator draws one for its _base_seed; a shuffling
+ * RandomSampler one more for its permutation's seed. */
+MHA_API int64_t mha_generator_int64(mha_generator *g);
+/* torch.randperm(n, generator=g): out [out] (n) a permutation of 0..n-1.
+ * ERR_ARGUMENT unless 0 <= n < 2^32 / 20 (torch's algorithm differs above). */
+MHA_API mha_status mha_generator_randperm(mha_generator *g, int64_t *out, int64_t n);
+
 /* Tensor.uniform_(from, to) over n contiguous floats; rand = (0, 1). */
 MHA_API void mha_generator_uniform(mha_generator *g, float *out /* [out] (n) */,
                            size_t n, double from, double to);

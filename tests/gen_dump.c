@@ -10,6 +10,10 @@
  *   variant avx2|default kernel variant for uniform/normal (no output)
  *   random N             N raw 32-bit draws (8 hex digits each)
  *   random64 N           N random64() values (16 hex digits each)
+ *   int64 N              N torch.empty((), dtype=torch.int64).random_()
+ *   randperm N S         torch.randperm(N, generator=Generator().manual_seed(S))
+ *                        (16 hex digits each; S from the stream: the next
+ *                        int64 draw when S is "draw", as a RandomSampler)
  *   uniform N FROM TO    torch.empty(N).uniform_(FROM, TO)
  *   normal N MEAN STD    torch.empty(N).normal_(MEAN, STD)
  *   randn N              torch.randn(N)
@@ -138,6 +142,31 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < n; i++)
                 printf(i ? " %016" PRIx64 : "%016" PRIx64, mha_generator_random64(g));
             putchar('\n');
+        } else if (strcmp(cmd, "int64") == 0) {
+            size_t n = arg_size(&t, "N");
+            for (size_t i = 0; i < n; i++)
+                printf(i ? " %016" PRIx64 : "%016" PRIx64, (uint64_t)mha_generator_int64(g));
+            putchar('\n');
+        } else if (strcmp(cmd, "randperm") == 0) {
+            size_t n = arg_size(&t, "N");
+            const char *sv = next_token(&t);
+            if (sv == NULL) {
+                fprintf(stderr, "gen_dump: randperm needs S\n");
+                return 2;
+            }
+            uint64_t s = strcmp(sv, "draw") == 0 ? (uint64_t)mha_generator_int64(g)
+                                                 : strtoull(sv, NULL, 10);
+            mha_generator *pg = NULL;
+            int64_t *r = malloc((n ? n : 1) * sizeof *r);
+            if (r == NULL || mha_generator_create(s, &pg) != MHA_OK ||
+                mha_generator_randperm(pg, r, (int64_t)n) != MHA_OK) {
+                fprintf(stderr, "gen_dump: randperm: %s\n", mha_last_error());
+                return 2;
+            }
+            for (size_t i = 0; i < n; i++) printf(i ? " %016" PRIx64 : "%016" PRIx64, (uint64_t)r[i]);
+            putchar('\n');
+            free(r);
+            mha_generator_free(pg);
         } else if (strcmp(cmd, "uniform") == 0 || strcmp(cmd, "normal") == 0 ||
                    strcmp(cmd, "randn") == 0) {
             size_t n = arg_size(&t, "N");

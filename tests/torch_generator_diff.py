@@ -54,6 +54,20 @@ def t_random64(n):
     return [v.numpy().astype(np.uint64)]
 
 
+def t_int64(n):
+    # A DataLoader iterator's _base_seed: one scalar int64 random_() each.
+    return [np.array([torch.empty((), dtype=torch.int64).random_().item() for _ in range(n)],
+                     dtype=np.uint64)]
+
+
+def t_randperm(n, s):
+    # A shuffling RandomSampler: its seed drawn from the global generator,
+    # the permutation from a fresh generator seeded with it.
+    if s == "draw":
+        s = int(torch.empty((), dtype=torch.int64).random_().item())
+    return [torch.randperm(n, generator=torch.Generator().manual_seed(s)).numpy().astype(np.uint64)]
+
+
 def t_uniform(n, a, b):
     return [bits(torch.empty(n).uniform_(a, b))]
 
@@ -106,6 +120,13 @@ class Cases:
     def random64(self, n):
         self.add("random64 %d" % n, "random64 %d" % n, lambda: t_random64(n), "u64")
 
+    def int64(self, n):
+        self.add("int64 random_() x%d" % n, "int64 %d" % n, lambda: t_int64(n), "u64")
+
+    def randperm(self, n, s="draw"):
+        self.add("randperm(%d) seed %s" % (n, s), "randperm %d %s" % (n, s),
+                 lambda: t_randperm(n, s), "u64")
+
     def uniform(self, n, a, b):
         self.add("uniform_(%r, %r) n=%d" % (a, b, n), "uniform %d %r %r" % (n, a, b),
                  lambda: t_uniform(n, a, b))
@@ -146,6 +167,17 @@ def build_cases():
         c.random(10, "raw")
         c.random64(4)
         c.random(700, "raw across a twist")
+
+    # What torch 1.13's DataLoader draws: the iterator's _base_seed, a
+    # RandomSampler's seed and its randperm; then the stream goes on.
+    for s in (123, 0, -5, 2**63):
+        c.seed(s)
+        c.int64(3)
+        for n in (0, 1, 2, 3, 9, 10, 17, 100, 1000):
+            c.randperm(n)
+        c.randperm(9, 12345)
+        c.randperm(700, 2**62 + 3)
+        c.random()
 
     # Uniform with ordinary and odd bounds over all the sizes.
     bounds = [(0.0, 1.0), (-0.37, 1.91), (-3.3, 7.77), (1e-8, 2.5), (-2.0, -1.0),

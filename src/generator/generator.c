@@ -28,6 +28,7 @@
 #include "kernels/kernels.h"
 #include "kernels/mt19937.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -197,6 +198,31 @@ void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double
 
 /* uniform_real_distribution<double>(0, 1) on random64(): the low 53 bits,
  * scaled exactly into [0, 1 - 2^-53]. */
+/* torch.empty((), dtype=torch.int64).random_(): uniform_int_distribution
+ * <int64_t> takes random64() modulo 2^63 (the int64 range's non-negative
+ * half). What a DataLoader iterator draws for its _base_seed, and a
+ * shuffling RandomSampler for the seed of its permutation. */
+int64_t mha_generator_int64(mha_generator *g) {
+    return g ? (int64_t)(mha_generator_random64(g) & 0x7fffffffffffffffULL) : 0;
+}
+
+/* torch.randperm(n, generator=g) on the CPU, for n below 2^32 / 20 (the
+ * range torch keeps the old algorithm for): r[i] = i, then for i in
+ * [0, n - 1) swap r[i] with r[i + random() % (n - i)]. */
+mha_status mha_generator_randperm(mha_generator *g, int64_t *out, int64_t n) {
+    if (g == NULL || (out == NULL && n > 0) || n < 0 || n >= (int64_t)(UINT32_MAX / 20u))
+        return mha__fail(MHA_ERR_ARGUMENT, "randperm: need a generator, an output and 0 <= n < %" PRId64
+                         " (got n = %" PRId64 ")", (int64_t)(UINT32_MAX / 20u), n);
+    for (int64_t i = 0; i < n; i++) out[i] = i;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        const int64_t z = (int64_t)(mt_next(g) % (uint64_t)(n - i));
+        const int64_t t = out[i];
+        out[i] = out[z + i];
+        out[z + i] = t;
+    }
+    return MHA_OK;
+}
+
 double mha__generator_u53(mha_generator *g) { return mha__u53_of(mha_generator_random64(g)); }
 
 /* uniform_real_distribution<float>(0, 1) on one 32-bit draw: the low 24 bits,
