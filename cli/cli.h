@@ -68,6 +68,11 @@ void cli_put_json_text(FILE *f, const unsigned char *s, size_t len);
 
 /* Chapter 4 (cli/gpt.c) */
 bool cli_is_gpt_name(const char *s);
+/* Consumes one of `mha init GPTModel`'s cfg options (--vocab-size,
+ * --context-length, --emb-dim, --n-heads, --n-layers, --drop-rate,
+ * --qkv-bias) and its value at argv[*i] into c; false if argv[*i] is not
+ * one (dies on a bad value). */
+bool cli_parse_gpt_opt(mha_gpt_config *c, int argc, char **argv, int *i);
 bool cli_st_is_gpt(const mha_st *st);
 int mha_cli_init_gpt(int argc, char **argv);
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,

@@ -33,6 +33,29 @@ static int parse_bool(const char *opt, const char *v) {
 
 /* ---- mha init GPTModel | TransformerBlock -------------------------------- */
 
+bool cli_parse_gpt_opt(mha_gpt_config *c, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const int64_t big = (int64_t)1 << 24;
+    if (!strcmp(a, "--vocab-size"))
+        c->vocab_size = cli_parse_int(a, v, 1, INT32_MAX);
+    else if (!strcmp(a, "--context-length"))
+        c->context_length = cli_parse_int(a, v, 1, big);
+    else if (!strcmp(a, "--emb-dim"))
+        c->emb_dim = cli_parse_int(a, v, 1, big);
+    else if (!strcmp(a, "--n-heads"))
+        c->n_heads = cli_parse_int(a, v, 1, big);
+    else if (!strcmp(a, "--n-layers"))
+        c->n_layers = cli_parse_int(a, v, 1, 4096);
+    else if (!strcmp(a, "--drop-rate"))
+        c->drop_rate = cli_parse_prob(a, v);
+    else if (!strcmp(a, "--qkv-bias"))
+        c->qkv_bias = parse_bool(a, v);
+    else
+        return false;
+    (*i)++;
+    return true;
+}
+
 int mha_cli_init_gpt(int argc, char **argv) {
     mha_gpt_kind kind;
     cli_check(mha_gpt_kind_from_name(argv[2], &kind), "init");
@@ -43,7 +66,6 @@ int mha_cli_init_gpt(int argc, char **argv) {
     uint64_t seed = 0;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const int64_t big = (int64_t)1 << 24;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha init GPTModel|TransformerBlock [--vocab-size 50257] [--context-length 1024]\n"
                  "                [--emb-dim 768] [--n-heads 12] [--n-layers 12] [--drop-rate 0.1]\n"
@@ -52,20 +74,7 @@ int mha_cli_init_gpt(int argc, char **argv) {
                  "torch.manual_seed(S), bit for bit, under its state_dict() names (the att.mask buffers\n"
                  "left out), with the cfg keys in __metadata__. Defaults: GPT_CONFIG_124M.");
             return 0;
-        } else if (!strcmp(a, "--vocab-size")) {
-            c.vocab_size = cli_parse_int(a, v, 1, INT32_MAX), i++;
-        } else if (!strcmp(a, "--context-length")) {
-            c.context_length = cli_parse_int(a, v, 1, big), i++;
-        } else if (!strcmp(a, "--emb-dim")) {
-            c.emb_dim = cli_parse_int(a, v, 1, big), i++;
-        } else if (!strcmp(a, "--n-heads")) {
-            c.n_heads = cli_parse_int(a, v, 1, big), i++;
-        } else if (!strcmp(a, "--n-layers")) {
-            c.n_layers = cli_parse_int(a, v, 1, 4096), i++;
-        } else if (!strcmp(a, "--drop-rate")) {
-            c.drop_rate = cli_parse_prob(a, v), i++;
-        } else if (!strcmp(a, "--qkv-bias")) {
-            c.qkv_bias = parse_bool(a, v), i++;
+        } else if (cli_parse_gpt_opt(&c, argc, argv, &i)) { /* a cfg key */
         } else if (!strcmp(a, "--seed")) {
             seed = cli_parse_seed(a, v), have_seed = true, i++;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {

@@ -176,6 +176,17 @@ MHA_API int64_t mha_generator_int64(mha_generator *g);
  * ERR_ARGUMENT unless 0 <= n < 2^32 / 20 (torch's algorithm differs above). */
 MHA_API mha_status mha_generator_randperm(mha_generator *g, int64_t *out, int64_t n);
 
+/* torch.get_rng_state() / torch.set_rng_state(): the generator's whole
+ * state in torch 1.13's byte layout (MHA_GENERATOR_STATE_BYTES, the uint8
+ * tensor's bytes), so a state moves between torch and mha either way: the
+ * mt19937 words and position, the seed (torch.initial_seed()) and the
+ * cached normal. set_state: ERR_ARGUMENT for another size, ERR_FORMAT for a
+ * position or word no mt19937 has, ERR_UNSUPPORTED for a cached float
+ * normal; g is unchanged on error. The kernel variant is not part of it. */
+#define MHA_GENERATOR_STATE_BYTES 5056
+MHA_API mha_status mha_generator_get_state(const mha_generator *g, uint8_t *out /* [out] (n) */, size_t n);
+MHA_API mha_status mha_generator_set_state(mha_generator *g, const uint8_t *in /* [in] (n) */, size_t n);
+
 /* Tensor.uniform_(from, to) over n contiguous floats; rand = (0, 1). */
 MHA_API void mha_generator_uniform(mha_generator *g, float *out /* [out] (n) */,
                            size_t n, double from, double to);

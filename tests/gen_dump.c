@@ -14,6 +14,8 @@
  *   randperm N S         torch.randperm(N, generator=Generator().manual_seed(S))
  *                        (16 hex digits each; S from the stream: the next
  *                        int64 draw when S is "draw", as a RandomSampler)
+ *   state                torch.get_rng_state(): the 5056 bytes in hex
+ *   setstate HEX         torch.set_rng_state(bytes of HEX) (no output)
  *   uniform N FROM TO    torch.empty(N).uniform_(FROM, TO)
  *   normal N MEAN STD    torch.empty(N).normal_(MEAN, STD)
  *   randn N              torch.randn(N)
@@ -37,12 +39,12 @@
 typedef struct {
     char **argv;
     int argc, pos; /* argv mode when argv != NULL */
-    char buf[256];
+    char buf[16384]; /* a setstate token is 10,112 hex digits */
 } tokens;
 
 static const char *next_token(tokens *t) {
     if (t->argv) return t->pos < t->argc ? t->argv[t->pos++] : NULL;
-    return scanf("%255s", t->buf) == 1 ? t->buf : NULL;
+    return scanf("%16383s", t->buf) == 1 ? t->buf : NULL;
 }
 
 static void die(const char *what, const char *tok) {
@@ -142,6 +144,27 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < n; i++)
                 printf(i ? " %016" PRIx64 : "%016" PRIx64, mha_generator_random64(g));
             putchar('\n');
+        } else if (strcmp(cmd, "state") == 0) {
+            uint8_t b[MHA_GENERATOR_STATE_BYTES];
+            if (mha_generator_get_state(g, b, sizeof b) != MHA_OK) {
+                fprintf(stderr, "gen_dump: state: %s\n", mha_last_error());
+                return 2;
+            }
+            for (size_t i = 0; i < sizeof b; i++) printf("%02x", b[i]);
+            putchar('\n');
+        } else if (strcmp(cmd, "setstate") == 0) {
+            const char *hex = next_token(&t);
+            uint8_t b[MHA_GENERATOR_STATE_BYTES];
+            size_t n = 0;
+            for (; hex && hex[2 * n] && hex[2 * n + 1] && n < sizeof b; n++) {
+                unsigned v;
+                if (sscanf(hex + 2 * n, "%2x", &v) != 1) break;
+                b[n] = (uint8_t)v;
+            }
+            if (mha_generator_set_state(g, b, n) != MHA_OK) {
+                fprintf(stderr, "gen_dump: setstate: %s\n", mha_last_error());
+                return 2;
+            }
         } else if (strcmp(cmd, "int64") == 0) {
             size_t n = arg_size(&t, "N");
             for (size_t i = 0; i < n; i++)

@@ -68,6 +68,15 @@ def t_randperm(n, s):
     return [torch.randperm(n, generator=torch.Generator().manual_seed(s)).numpy().astype(np.uint64)]
 
 
+def t_state():
+    return [torch.get_rng_state().numpy().copy()]
+
+
+def t_setstate(b):
+    torch.set_rng_state(torch.from_numpy(np.frombuffer(b, dtype=np.uint8).copy()))
+    return []
+
+
 def t_uniform(n, a, b):
     return [bits(torch.empty(n).uniform_(a, b))]
 
@@ -127,6 +136,12 @@ class Cases:
         self.add("randperm(%d) seed %s" % (n, s), "randperm %d %s" % (n, s),
                  lambda: t_randperm(n, s), "u64")
 
+    def state(self):
+        self.add("get_rng_state()", "state", t_state, "bytes")
+
+    def setstate(self, b):
+        self.add("set_rng_state()", "setstate " + b.hex(), lambda: t_setstate(b), "none")
+
     def uniform(self, n, a, b):
         self.add("uniform_(%r, %r) n=%d" % (a, b, n), "uniform %d %r %r" % (n, a, b),
                  lambda: t_uniform(n, a, b))
@@ -178,6 +193,28 @@ def build_cases():
         c.randperm(9, 12345)
         c.randperm(700, 2**62 + 3)
         c.random()
+
+    # The state in torch's bytes: after seeding, mid-stream, across a twist,
+    # with a cached normal; and set from torch's bytes (the draws go on).
+    for s in (123, 2**63, -5):
+        c.seed(s)
+        c.state()
+        c.random(3, "raw")
+        c.state()
+        c.randn(1)
+        c.state()
+        c.random(700, "raw across a twist")
+        c.state()
+    torch.manual_seed(77)
+    torch.randn(3)
+    torch.empty(650).random_()
+    mid = torch.get_rng_state().numpy().tobytes()
+    c.seed(1)
+    c.setstate(mid)
+    c.state()
+    c.randn(1)
+    c.random(5, "after set_rng_state")
+    c.uniform(20, -1.0, 1.0)
 
     # Uniform with ordinary and odd bounds over all the sizes.
     bounds = [(0.0, 1.0), (-0.37, 1.91), (-3.3, 7.77), (1e-8, 2.5), (-2.0, -1.0),
@@ -300,6 +337,8 @@ def parse_line(line, kind):
     words = line.split(" ")
     if kind == "u64":
         return np.array([int(w, 16) for w in words], dtype=np.uint64)
+    if kind == "bytes":
+        return np.frombuffer(bytes.fromhex(line), dtype=np.uint8).copy()
     raw = np.frombuffer(bytes.fromhex("".join(words)), dtype=">u4").astype(np.uint32)
     return raw.astype(np.uint64) if kind == "u32" else raw
 

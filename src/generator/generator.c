@@ -52,6 +52,7 @@ struct mha_generator {
     bool has_dn;
     double dn;
     mha_rng_variant variant;
+    uint64_t initial_seed; /* torch.initial_seed(): the seed as given */
 };
 
 mha_status mha_generator_create(uint64_t seed, mha_generator **out) {
@@ -72,6 +73,7 @@ void mha_generator_manual_seed(mha_generator *g, uint64_t seed) {
     if (g == NULL) return;
     /* at::mt19937's constructor takes the seed as uint64 but init_genrand
      * uses only its low 32 bits: seeds 5 and 2^32 + 5 are the same stream. */
+    g->initial_seed = seed;
     g->state[0] = (uint32_t)(seed & 0xffffffffu);
     for (uint32_t j = 1; j < MT_N; j++) {
         uint32_t prev = g->state[j - 1];
@@ -220,6 +222,69 @@ mha_status mha_generator_randperm(mha_generator *g, int64_t *out, int64_t n) {
         out[i] = out[z + i];
         out[z + i] = t;
     }
+    return MHA_OK;
+}
+
+/* torch 1.13's CPUGeneratorImplState, little-endian: the legacy
+ * THGeneratorState {u64 the_initial_seed; i32 left; i32 seeded; u64 next;
+ * u64 state[624]; f64 normal_x, normal_y, normal_rho; i32 normal_is_valid}
+ * (5048 bytes with its padding), then f32 next_float_normal_sample and
+ * bool is_next_float_normal_sample_valid, padded to 5056. The cached double
+ * normal travels in normal_y. */
+enum { ST_LEFT = 8, ST_SEEDED = 12, ST_NEXT = 16, ST_STATE = 24, ST_NORMAL_Y = ST_STATE + 8 * MT_N + 8,
+       ST_NORMAL_VALID = ST_STATE + 8 * MT_N + 24, ST_FLOAT_VALID = 5052 };
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+mha_status mha_generator_get_state(const mha_generator *g, uint8_t *out, size_t n) {
+    if (g == NULL || out == NULL || n != MHA_GENERATOR_STATE_BYTES)
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_generator_get_state: need a generator and %d bytes (got %zu)",
+                         MHA_GENERATOR_STATE_BYTES, n);
+    memset(out, 0, n);
+    put_le(out, g->initial_seed, 8);
+    put_le(out + ST_LEFT, (uint32_t)g->left, 4);
+    put_le(out + ST_SEEDED, 1, 4);
+    put_le(out + ST_NEXT, (uint64_t)g->next, 8);
+    for (int i = 0; i < MT_N; i++) put_le(out + ST_STATE + 8 * i, g->state[i], 8);
+    if (g->has_dn) {
+        uint64_t bits;
+        memcpy(&bits, &g->dn, 8);
+        put_le(out + ST_NORMAL_Y, bits, 8);
+        put_le(out + ST_NORMAL_VALID, 1, 4);
+    }
+    return MHA_OK;
+}
+
+mha_status mha_generator_set_state(mha_generator *g, const uint8_t *in, size_t n) {
+    if (g == NULL || in == NULL || n != MHA_GENERATOR_STATE_BYTES)
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_generator_set_state: need a generator and %d bytes (got %zu)",
+                         MHA_GENERATOR_STATE_BYTES, n);
+    const int64_t left = (int32_t)get_le(in + ST_LEFT, 4);
+    const uint64_t next = get_le(in + ST_NEXT, 8);
+    /* the draws before the next twist read state[next .. next + left - 2] */
+    if (left < 1 || left > MT_N || next > MT_N || (left > 1 && next + (uint64_t)left - 1 > MT_N))
+        return mha__fail(MHA_ERR_FORMAT, "generator state: left %lld and next %llu are not an mt19937 position",
+                         (long long)left, (unsigned long long)next);
+    for (int i = 0; i < MT_N; i++)
+        if (get_le(in + ST_STATE + 8 * i, 8) >> 32)
+            return mha__fail(MHA_ERR_FORMAT, "generator state: word %d does not fit 32 bits", i);
+    if (in[ST_FLOAT_VALID])
+        return mha__fail(MHA_ERR_UNSUPPORTED, "generator state: a cached float normal (no CPU kernel of "
+                                              "torch 1.13 that mha follows leaves one)");
+    g->initial_seed = get_le(in, 8);
+    g->left = (int)left;
+    g->next = (int)next;
+    for (int i = 0; i < MT_N; i++) g->state[i] = (uint32_t)get_le(in + ST_STATE + 8 * i, 8);
+    g->has_dn = get_le(in + ST_NORMAL_VALID, 4) != 0;
+    const uint64_t bits = g->has_dn ? get_le(in + ST_NORMAL_Y, 8) : 0;
+    memcpy(&g->dn, &bits, 8);
     return MHA_OK;
 }
 
