@@ -53,6 +53,8 @@ int mha_cli_bench(int argc, char **argv);
  * and `mha bench GPTModel` report. */
 double cli_peak_rss_mib(void);
 int mha_cli_train(int argc, char **argv);
+/* mha train GPTModel (cli/train_gpt.c): chapter 5's pretraining. */
+int mha_cli_train_gpt(int argc, char **argv);
 int mha_cli_tokenize(int argc, char **argv);
 
 /* GPT-2's tokenizer from vocab_dir (--vocab) when not NULL, else from
@@ -65,6 +67,11 @@ mha_tokenizer *cli_try_tokenizer(const char *vocab_dir);
 /* The bytes as a JSON string (ill-formed UTF-8 as U+FFFD, as TextDecoder
  * reads it), then a newline. */
 void cli_put_json_text(FILE *f, const unsigned char *s, size_t len);
+/* The same without the newline (a value inside a JSON object). */
+void cli_put_json_string(FILE *f, const unsigned char *s, size_t len);
+/* The bytes as UTF-8 text, ill-formed UTF-8 as U+FFFD (as Python's
+ * decode(errors="replace")), newlines as spaces when asked. */
+void cli_put_text(FILE *f, const unsigned char *s, size_t len, bool newline_as_space);
 
 /* Chapter 4 (cli/gpt.c) */
 bool cli_is_gpt_name(const char *s);

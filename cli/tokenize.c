@@ -144,17 +144,25 @@ static int32_t *parse_ids(const char *s, size_t len, int32_t vocab, size_t *n) {
 
 /* ---- output ----------------------------------------------------------------- */
 
-static void put_json_cp(FILE *f, uint32_t cp) {
+/* How put_cp writes a code point: as JSON string content, as UTF-8, or as
+ * UTF-8 with newlines as spaces (the book's compact sample print). */
+enum { PUT_JSON, PUT_PLAIN, PUT_NL_SPACE };
+
+static void put_cp(FILE *f, uint32_t cp, int mode) {
     char u[4];
-    if (cp == '"') fputs("\\\"", f);
-    else if (cp == '\\') fputs("\\\\", f);
-    else if (cp == '\n') fputs("\\n", f);
-    else if (cp == '\r') fputs("\\r", f);
-    else if (cp == '\t') fputs("\\t", f);
-    else if (cp == '\b') fputs("\\b", f);
-    else if (cp == '\f') fputs("\\f", f);
-    else if (cp < 0x20) fprintf(f, "\\u%04x", (unsigned)cp);
-    else if (cp < 0x80) fputc((int)cp, f);
+    if (mode == PUT_NL_SPACE && cp == '\n') cp = ' ';
+    if (mode == PUT_JSON && (cp < 0x20 || cp == '"' || cp == '\\')) {
+        if (cp == '"') fputs("\\\"", f);
+        else if (cp == '\\') fputs("\\\\", f);
+        else if (cp == '\n') fputs("\\n", f);
+        else if (cp == '\r') fputs("\\r", f);
+        else if (cp == '\t') fputs("\\t", f);
+        else if (cp == '\b') fputs("\\b", f);
+        else if (cp == '\f') fputs("\\f", f);
+        else fprintf(f, "\\u%04x", (unsigned)cp);
+        return;
+    }
+    if (cp < 0x80) fputc((int)cp, f);
     else if (cp < 0x800) {
         u[0] = (char)(0xC0 | (cp >> 6));
         u[1] = (char)(0x80 | (cp & 0x3F));
@@ -173,18 +181,18 @@ static void put_json_cp(FILE *f, uint32_t cp) {
     }
 }
 
-/* The bytes as a JSON string, read as the WHATWG Encoding standard's UTF-8
- * decoder reads them (JavaScript's TextDecoder, which gpt-3-encoder's
- * decode() uses): each maximal ill-formed subsequence becomes one U+FFFD. */
-void cli_put_json_text(FILE *f, const unsigned char *s, size_t len) {
-    fputc('"', f);
+/* The bytes read as the WHATWG Encoding standard's UTF-8 decoder reads them
+ * (JavaScript's TextDecoder, which gpt-3-encoder's decode() uses, and
+ * Python's bytes.decode(errors="replace"), tiktoken's): each maximal
+ * ill-formed subsequence becomes one U+FFFD. */
+static void put_decoded(FILE *f, const unsigned char *s, size_t len, int mode) {
     uint32_t cp = 0;
     unsigned needed = 0, seen = 0, lower = 0x80, upper = 0xBF;
     for (size_t i = 0; i < len; i++) {
         unsigned b = s[i];
         if (needed == 0) {
             if (b < 0x80) {
-                put_json_cp(f, b);
+                put_cp(f, b, mode);
             } else if (b >= 0xC2 && b <= 0xDF) {
                 needed = 1;
                 cp = b & 0x1F;
@@ -199,7 +207,7 @@ void cli_put_json_text(FILE *f, const unsigned char *s, size_t len) {
                 needed = 3;
                 cp = b & 0x7;
             } else {
-                put_json_cp(f, 0xFFFD);
+                put_cp(f, 0xFFFD, mode);
             }
             continue;
         }
@@ -208,7 +216,7 @@ void cli_put_json_text(FILE *f, const unsigned char *s, size_t len) {
             needed = seen = 0;
             lower = 0x80;
             upper = 0xBF;
-            put_json_cp(f, 0xFFFD);
+            put_cp(f, 0xFFFD, mode);
             i--; /* the byte starts afresh */
             continue;
         }
@@ -216,13 +224,27 @@ void cli_put_json_text(FILE *f, const unsigned char *s, size_t len) {
         upper = 0xBF;
         cp = (cp << 6) | (b & 0x3F);
         if (++seen == needed) {
-            put_json_cp(f, cp);
+            put_cp(f, cp, mode);
             cp = 0;
             needed = seen = 0;
         }
     }
-    if (needed) put_json_cp(f, 0xFFFD);
-    fputs("\"\n", f);
+    if (needed) put_cp(f, 0xFFFD, mode);
+}
+
+void cli_put_json_text(FILE *f, const unsigned char *s, size_t len) {
+    cli_put_json_string(f, s, len);
+    fputc('\n', f);
+}
+
+void cli_put_json_string(FILE *f, const unsigned char *s, size_t len) {
+    fputc('"', f);
+    put_decoded(f, s, len, PUT_JSON);
+    fputc('"', f);
+}
+
+void cli_put_text(FILE *f, const unsigned char *s, size_t len, bool newline_as_space) {
+    put_decoded(f, s, len, newline_as_space ? PUT_NL_SPACE : PUT_PLAIN);
 }
 
 /* ---- the command -------------------------------------------------------------- */

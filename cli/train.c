@@ -284,6 +284,7 @@ static void usage(void) {
 }
 
 int mha_cli_train(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[2], "GPTModel") == 0) return mha_cli_train_gpt(argc, argv);
     task_cfg c = {.steps = 1500, .lag = 3, .batch = 32, .tokens = 24, .vocab = 16, .emb = 32, .heads = 4,
                   .every = 500, .lr = 3e-3, .wd = 0.01, .dropout = 0.0, .seed = 123};
     const char *dir = "mha-train";
