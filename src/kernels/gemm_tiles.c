@@ -248,3 +248,18 @@ mha_status mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, 
                                const mha__gemm_epilogue *epi) {
     return sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, NULL, epi);
 }
+
+/* The Unstable entry (mha.h) over mha__sgemm, for benchmarks that time the
+ * GEMM the library runs: its sizes checked, since a caller's are not. */
+mha_status mha_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                     int64_t ldc) {
+    if (!A || !B || !C) return mha__fail(MHA_ERR_ARGUMENT, "mha_sgemm: NULL matrix");
+    if (M < 0 || N < 0 || K < 0) return mha__fail(MHA_ERR_ARGUMENT, "mha_sgemm: negative size");
+    const int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+    if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (N > 1 ? N : 1))
+        return mha__fail(MHA_ERR_ARGUMENT, "mha_sgemm: a leading dimension is below its row's length");
+    const mha_status st = mha__threads_ready(); /* before the tiles' parallel region */
+    if (st != MHA_OK) return st;
+    return mha__sgemm(trans_a != 0, trans_b != 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
