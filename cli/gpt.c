@@ -695,10 +695,11 @@ static int bench_train_step(int argc, char **argv) {
                "\"min_ms\":%.3f,\"median_ms\":%.3f,\"zero_grad_min_ms\":%.3f,\"loss_backward_min_ms\":%.3f,"
                "\"adamw_min_ms\":%.3f,\"gflop\":%.6f,\"attention_gflop\":%.6f,\"gemm_gflop\":%.6f,\"gflops\":%.3f,"
                "\"peak_rss_mib\":%.1f,\"baseline_mib\":%.1f,\"sgemm_gflops\":%.3f,\"sgemm_shape\":\"%s\","
-               "\"bound_ms\":%.3f,\"fraction_of_bound\":%.4f,\"loss\":%.9g,\"isa\":\"%s\",\"blas\":\"%s\"}\n",
+               "\"bound_ms\":%.3f,\"fraction_of_bound\":%.4f,\"loss\":%.9g,\"last_loss\":%.9g,\"isa\":\"%s\","
+               "\"blas\":\"%s\"}\n",
                (long long)B, (long long)T, mha_runtime_threads(), P, tied ? "true" : "false", c->drop_rate, mn, med,
                t_zero[0], t_lb[0], t_opt[0], gflop, attn_gflop, gemm_gflop, gflop / mn * 1e3, peak, base_mib, sgemm, shape,
-               bound_ms, bound_ms / mn, (double)first_loss, mha_runtime_isa(), mha_runtime_blas());
+               bound_ms, bound_ms / mn, (double)first_loss, (double)last_loss, mha_runtime_isa(), mha_runtime_blas());
     free(ms), free(idx), free(tgt);
     mha_generator_free(g);
     mha_gpt_tape_free(tape);
