@@ -523,43 +523,56 @@ static int step_gemms(step_gemm *g, int64_t R, int64_t E, int64_t V) {
     return n;
 }
 
-/* The best GFLOP/s of mha_sgemm over the step's GEMM shapes (the minimum
- * of reps calls each, after one warm-up call), and which shape gave it. */
-static double best_sgemm_gflops(int64_t R, int64_t E, int64_t V, int reps, char *shape, size_t shape_cap) {
+/* The sgemm timing between the steps: each of the step's GEMM shapes once
+ * per round on operands of `most` floats each, the fastest call per shape
+ * kept, so that the rate is measured under the same load as the steps (a
+ * shared machine's speed swings within a minute). */
+typedef struct {
     step_gemm g[15];
-    const int n = step_gemms(g, R, E, V);
-    size_t most = 0;
-    for (int i = 0; i < n; i++) {
-        const size_t a = (size_t)(g[i].M * g[i].K), b = (size_t)(g[i].K * g[i].N), c = (size_t)(g[i].M * g[i].N);
-        most = a > most ? a : most, most = b > most ? b : most, most = c > most ? c : most;
+    int n;
+    double t_min[15];
+    size_t most;
+} sgemm_probe;
+
+static void probe_init(sgemm_probe *pr, int64_t R, int64_t E, int64_t V) {
+    pr->n = step_gemms(pr->g, R, E, V);
+    pr->most = 0;
+    for (int i = 0; i < pr->n; i++) {
+        const step_gemm *s = &pr->g[i];
+        const size_t a = (size_t)(s->M * s->K), b = (size_t)(s->K * s->N), c = (size_t)(s->M * s->N);
+        pr->most = a > pr->most ? a : pr->most, pr->most = b > pr->most ? b : pr->most;
+        pr->most = c > pr->most ? c : pr->most;
+        pr->t_min[i] = INFINITY;
     }
-    float *A = cli_malloc(most * sizeof(float)), *B = cli_malloc(most * sizeof(float));
-    float *C = cli_malloc(most * sizeof(float));
-    mha_generator *gen = NULL;
-    cli_check(mha_generator_create(5, &gen), "generator");
-    mha_generator_uniform(gen, A, most, -1.0, 1.0);
-    mha_generator_uniform(gen, B, most, -1.0, 1.0);
-    memset(C, 0, most * sizeof(float));
-    mha_generator_free(gen);
-    double best = 0.0;
-    for (int i = 0; i < n; i++) {
-        const step_gemm *s = &g[i];
+}
+
+/* One round on buf (3 x most floats: A, B, C), which it overwrites: A and
+ * B first get finite values (no denormals). */
+static void probe_round(sgemm_probe *pr, float *buf) {
+    float *A = buf, *B = buf + pr->most, *C = buf + 2 * pr->most;
+    for (size_t i = 0; i < 2 * pr->most; i++) buf[i] = (float)(int)(i % 7) * 0.25f - 0.75f;
+    for (int i = 0; i < pr->n; i++) {
+        const step_gemm *s = &pr->g[i];
         const int64_t lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
-        double t_min = INFINITY;
-        for (int r = -1; r < reps; r++) {
-            const double t0 = now_s();
-            cli_check(mha_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N), "sgemm");
-            const double t = now_s() - t0;
-            if (r >= 0 && t < t_min) t_min = t;
-        }
-        const double rate = 2.0 * (double)s->M * (double)s->N * (double)s->K / t_min * 1e-9;
+        const double t0 = now_s();
+        cli_check(mha_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N), "sgemm");
+        const double t = now_s() - t0;
+        if (t < pr->t_min[i]) pr->t_min[i] = t;
+    }
+}
+
+/* The best GFLOP/s over the shapes, and which shape gave it. */
+static double probe_best(const sgemm_probe *pr, char *shape, size_t shape_cap) {
+    double best = 0.0;
+    for (int i = 0; i < pr->n; i++) {
+        const step_gemm *s = &pr->g[i];
+        const double rate = 2.0 * (double)s->M * (double)s->N * (double)s->K / pr->t_min[i] * 1e-9;
         if (rate > best) {
             best = rate;
             snprintf(shape, shape_cap, "%lldx%lldx%lld%s%s (%s)", (long long)s->M, (long long)s->N, (long long)s->K,
                      s->ta ? " A^T" : "", s->tb ? " B^T" : "", s->what);
         }
     }
-    free(A), free(B), free(C);
     return best;
 }
 
@@ -638,6 +651,15 @@ static int bench_train_step(int argc, char **argv) {
     double *t_lb = ms + rounds, *t_opt = ms + 2 * rounds, *t_zero = ms + 3 * rounds;
     float first_loss = 0.0f, last_loss = 0.0f;
     const bool tty = isatty(STDERR_FILENO);
+    /* The GEMM probe's operands: the gradient buffer, dead between AdamW's
+     * step and the next zero_grad (no memory of its own at peak), or its
+     * own where the gradients are fewer floats than it needs. */
+    sgemm_probe probe;
+    probe_init(&probe, R, E, V);
+    size_t n_grad = 0;
+    float *probe_buf = mha_params_grad_buffer(ps, &n_grad), *probe_own = NULL;
+    if (!probe_buf) cli_check(MHA_ERR_NOMEM, "gradients");
+    if (n_grad < 3 * probe.most) probe_buf = probe_own = cli_malloc(3 * probe.most * sizeof(float));
     for (int64_t r = -1; r < rounds; r++) { /* r = -1: warm-up (the tape and the state pages) */
         const double t0 = now_s();
         cli_check(mha_params_zero_grad(ps), "zero_grad");
@@ -653,7 +675,9 @@ static int bench_train_step(int argc, char **argv) {
         if (tty && !json)
             fprintf(stderr, "\r%s %lld/%lld: %.0f ms (loss %.4f)   ", r < 0 ? "warm-up" : "step", (long long)(r < 0 ? 1 : r + 1),
                     (long long)(r < 0 ? 1 : rounds), (t3 - t0) * 1e3, (double)loss);
+        probe_round(&probe, probe_buf); /* the gradients are zeroed at the next step's start */
     }
+    free(probe_own);
     if (tty && !json) fprintf(stderr, "\n");
     const double peak = cli_peak_rss_mib(); /* before the GEMM timing's buffers */
     const double tape_mib = (double)mha_gpt_tape_bytes(tape) / 1048576.0;
@@ -671,8 +695,10 @@ static int bench_train_step(int argc, char **argv) {
     /* the GEMMs alone: the blocks' weights and the head, no embeddings */
     const double gemm_gflop = 6.0 * (double)R * ((double)L * 12.0 * (double)E * (double)E + (double)V * (double)E) * 1e-9;
     char shape[96] = "";
-    const double sgemm = best_sgemm_gflops(R, E, V, 3, shape, sizeof shape);
+    const double sgemm = probe_best(&probe, shape, sizeof shape);
     const double bound_ms = gflop / sgemm * 1e3, mn = ms[0], med = median_of(ms, rounds);
+    /* the bound of the work a GEMM does (tok_emb's share of 6 x P is a lookup) */
+    const double gemm_bound_ms = (gemm_gflop + attn_gflop) / sgemm * 1e3;
     const double weights_mib = P * 4.0 / 1048576.0, base_mib = 4.0 * weights_mib + tape_mib;
     printf("GPTModel(vocab %lld, context %lld, emb %lld, heads %lld, layers %lld, drop_rate %g%s), %.1fM parameters, %s\n",
            (long long)V, (long long)c->context_length, (long long)E, (long long)c->n_heads, (long long)L, c->drop_rate,
@@ -688,6 +714,8 @@ static int bench_train_step(int argc, char **argv) {
            gflop, P_head * 1e-6, (long long)R, attn_gflop, gemm_gflop, gflop / mn * 1e3);
     printf("bound: %.1f ms at sgemm's best %.1f GFLOP/s (%s); fraction of the bound %.3f at the min, %.3f at the median\n",
            bound_ms, sgemm, shape, bound_ms / mn, bound_ms / med);
+    printf("the GEMMs' and the attention's work alone at that rate: %.1f ms, fraction %.3f at the min\n", gemm_bound_ms,
+           gemm_bound_ms / mn);
     printf("peak resident memory %.1f MiB (weights + gradients + AdamW's 2 states %.1f + tape %.1f = %.1f, ratio %.2f)\n",
            peak, 4.0 * weights_mib, tape_mib, base_mib, peak / base_mib);
     if (json)
@@ -695,11 +723,12 @@ static int bench_train_step(int argc, char **argv) {
                "\"min_ms\":%.3f,\"median_ms\":%.3f,\"zero_grad_min_ms\":%.3f,\"loss_backward_min_ms\":%.3f,"
                "\"adamw_min_ms\":%.3f,\"gflop\":%.6f,\"attention_gflop\":%.6f,\"gemm_gflop\":%.6f,\"gflops\":%.3f,"
                "\"peak_rss_mib\":%.1f,\"baseline_mib\":%.1f,\"sgemm_gflops\":%.3f,\"sgemm_shape\":\"%s\","
-               "\"bound_ms\":%.3f,\"fraction_of_bound\":%.4f,\"loss\":%.9g,\"last_loss\":%.9g,\"isa\":\"%s\","
-               "\"blas\":\"%s\"}\n",
+               "\"bound_ms\":%.3f,\"fraction_of_bound\":%.4f,\"gemm_bound_ms\":%.3f,\"fraction_of_gemm_bound\":%.4f,"
+               "\"loss\":%.9g,\"last_loss\":%.9g,\"isa\":\"%s\",\"blas\":\"%s\"}\n",
                (long long)B, (long long)T, mha_runtime_threads(), P, tied ? "true" : "false", c->drop_rate, mn, med,
                t_zero[0], t_lb[0], t_opt[0], gflop, attn_gflop, gemm_gflop, gflop / mn * 1e3, peak, base_mib, sgemm, shape,
-               bound_ms, bound_ms / mn, (double)first_loss, (double)last_loss, mha_runtime_isa(), mha_runtime_blas());
+               bound_ms, bound_ms / mn, gemm_bound_ms, gemm_bound_ms / mn, (double)first_loss, (double)last_loss,
+               mha_runtime_isa(), mha_runtime_blas());
     free(ms), free(idx), free(tgt);
     mha_generator_free(g);
     mha_gpt_tape_free(tape);
@@ -740,9 +769,11 @@ int mha_cli_bench_gpt(int argc, char **argv) {
                  "Counted work (gflop): 6 x parameters x tokens (2 flops per weight and token forward, 4\n"
                  "backward; a tied head counted twice, as tok_emb and as the head's GEMMs) + the attention\n"
                  "core's QK^T and PV forward and dP, dV, dQ, dK backward over the causal half of the\n"
-                 "scores. The bound: gflop at the best sgemm rate of the step's GEMM shapes measured after\n"
-                 "the steps in the same run. Prints min and median step time, gflops, bound_ms,\n"
-                 "fraction_of_bound (bound / min), peak_rss_mib; --json ends with one line holding them.");
+                 "scores. The bound: gflop at the best sgemm rate of the step's GEMM shapes, each timed\n"
+                 "once after every step (under the steps' load). Prints min and median step time, gflops,\n"
+                 "bound_ms, fraction_of_bound (bound / min), peak_rss_mib, and gemm_bound_ms: only the\n"
+                 "GEMMs' and the attention's work at that rate (tok_emb's 6 x V x E is a lookup, no GEMM);\n"
+                 "--json ends with one line holding them.");
             return 0;
         } else if (!strcmp(a, "--weights")) {
             if (!v) cli_die("--weights needs a file");

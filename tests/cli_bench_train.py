@@ -64,6 +64,9 @@ def main():
           "bound_ms = gflop / sgemm_gflops")
     check(abs(j["fraction_of_bound"] - j["bound_ms"] / j["min_ms"]) <= 1e-2 * j["fraction_of_bound"],
           "fraction_of_bound = bound / min")
+    gemm = (6.0 * B * T * (L * 12 * E * E + V * E) + 12.0 * B * L * T * (T + 1) / 2 * E) * 1e-9
+    check(abs(j["gemm_bound_ms"] - gemm / j["sgemm_gflops"] * 1e3) <= 1e-2 * j["gemm_bound_ms"],
+          "gemm_bound_ms = (the GEMMs' + attention's work) / sgemm_gflops")
     check(j["peak_rss_mib"] >= 16.0 * P / 1048576, "peak_rss_mib %.1f >= weights, gradients, AdamW state"
           % j["peak_rss_mib"])
 

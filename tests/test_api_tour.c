@@ -49,6 +49,12 @@ static void tour_status_runtime(void) {
     CHECK(mha_runtime_threads() >= 1, "threads");
     OK(mha_runtime_set_isa(mha_runtime_isa()));
     CHECK(strlen(mha_runtime_blas()) > 0, "blas");
+    /* the projection GEMM (Unstable): (1 2; 3 4) (1 0; 0 1)^T, then a refused leading dimension */
+    const float ga[4] = {1, 2, 3, 4}, gb[4] = {1, 0, 0, 1};
+    float gc[4] = {0};
+    OK(mha_sgemm(0, 1, 2, 2, 2, 1.0f, ga, 2, gb, 2, 0.0f, gc, 2));
+    CHECK(gc[0] == 1 && gc[1] == 2 && gc[2] == 3 && gc[3] == 4, "mha_sgemm");
+    CHECK(mha_sgemm(0, 0, 2, 2, 2, 1.0f, ga, 1, gb, 2, 0.0f, gc, 2) == MHA_ERR_ARGUMENT, "mha_sgemm lda");
     CHECK(strcmp(mha_dtype_name(MHA_DTYPE_F32), "F32") == 0 && mha_dtype_size(MHA_DTYPE_BF16) == 2,
           "dtypes");
 }
