@@ -1,5 +1,6 @@
 """mha — the attention modules of chapter 3 of "Build a Large Language Model
-(From Scratch)", computed by libmha (C), exact to PyTorch, from Python.
+(From Scratch)", and chapter 4's GPTModel, trainable as chapter 5 trains it,
+computed by libmha (C), exact to PyTorch, from Python.
 
 The book's classes, with the book's constructor signatures:
 
@@ -11,10 +12,21 @@ The book's classes, with the book's constructor signatures:
 Constructing after mha.manual_seed(s) gives the weights torch gives after
 torch.manual_seed(s), bit for bit; in training mode (the default, as in
 torch; .eval() to leave it) dropout draws torch's mask from the same global
-generator. m.backward(dy) returns dx and accumulates every parameter's
-gradient (m.grads()); mha.optim.AdamW and SGD update them as torch.optim
-does. state_dict() / load_state_dict() use torch's names; m.save(path) /
+generator. Where torch can be imported that generator is torch's own
+default CPU generator (its state goes in and out through
+torch.get_rng_state / torch.set_rng_state around every call that draws), so
+mha's draws and torch's interleave as in a script of the book's modules, and
+torch.manual_seed seeds mha too; without torch it is mha's own.
+m.backward(dy) returns dx and accumulates every parameter's gradient
+(m.grads()); mha.optim.AdamW and SGD update them as torch.optim does.
+state_dict() / load_state_dict() use torch's names; m.save(path) /
 mha.load(path) use safetensors files that `mha run` also reads.
+
+Chapter 4 and 5 (mha.gpt): torch.manual_seed(123); model =
+mha.GPTModel(cfg) is the book's model; its parameters() are torch
+Parameters over mha's memory and model(idx) joins torch's autograd, so the
+book's train_model_simple runs unchanged with torch.optim.AdamW.
+mha.tokenizer is GPT-2's tokenizer with tiktoken's interface.
 
 Errors from the library raise mha.Error, whose message carries
 mha_last_error(). See _lib.py for where libmha.so is looked for.
@@ -35,7 +47,7 @@ from ._version import __version__
 __all__ = ["SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
            "MultiHeadAttention", "Module", "Error", "manual_seed", "rand", "randn", "load", "no_grad",
            "library_path", "library_version", "runtime", "optim", "GPTModel", "TransformerBlock",
-           "GPT_CONFIG_124M"]
+           "GPT_CONFIG_124M", "initial_seed", "get_rng_state", "set_rng_state"]
 
 _L = _lib.lib
 _check = _lib.check
