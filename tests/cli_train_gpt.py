@@ -41,7 +41,7 @@ VERDICT = os.path.join(HERE, "..", "data", "the-verdict.txt")
 FILES = ("model.safetensors", "optimizer.safetensors", "train.safetensors")
 
 
-def mha(*args, ok=True):
+def run_mha(*args, ok=True):
     p = subprocess.run([MHA] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if ok and p.returncode != 0:
         print("FAIL mha %s: %s" % (" ".join(args), p.stderr.decode()), flush=True)
@@ -50,8 +50,7 @@ def mha(*args, ok=True):
 
 
 def torch_run(text, cfg, extra):
-    args = [sys.executable, os.path.join(HERE, "book_train.py"), text, "--cfg", json.dumps(cfg), "--json",
-            "--mha", MHA] + extra
+    args = [sys.executable, os.path.join(HERE, "book_train.py"), text, "--cfg", json.dumps(cfg), "--json"] + extra
     out = subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout.decode().splitlines()
     return out[:-1], json.loads(out[-1])
 
@@ -67,7 +66,7 @@ def compare(name, text, cfg, extra, out):
     t0 = time.time()
     want_lines, want = torch_run(text, cfg, extra)
     t1 = time.time()
-    p = mha("train", "GPTModel", "--text", text, "--out", out, "--json", *(cfg_args(cfg) + extra))
+    p = run_mha("train", "GPTModel", "--text", text, "--out", out, "--json", *(cfg_args(cfg) + extra))
     lines = p.stdout.decode().splitlines()
     got = json.loads(lines[-1])
     check(lines[:-1] == want_lines, "%s: printed lines differ:\n%s\nvs torch\n%s" %
@@ -102,18 +101,21 @@ def compare(name, text, cfg, extra, out):
 def generate_vs_torch(model_path):
     import torch
     from book_gpt import GPTModel, generate
-    from book_train import MhaTokenizer
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+    if os.environ.get("MHA_BUILD_DIR") and not os.environ.get("MHA_LIBRARY"):
+        os.environ["MHA_LIBRARY"] = os.path.join(os.environ["MHA_BUILD_DIR"], "libmha.so")
+    import mha.tokenizer
     tensors, meta = st.read(model_path)
     cfg = {k: int(meta[k]) for k in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")}
     cfg.update(drop_rate=float(meta["drop_rate"]), qkv_bias=meta["qkv_bias"] == "true")
     m = GPTModel(cfg)
     m.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=False)
     m.eval()
-    tok = MhaTokenizer(MHA)
+    tok = mha.tokenizer.get_encoding("gpt2")
     torch.manual_seed(123)
     idx = torch.tensor([tok.encode("Every effort moves you")])
     want = tok.decode(generate(m, idx, 15, cfg["context_length"], temperature=1.4, top_k=25)[0].tolist())
-    p = mha("generate", model_path, "--prompt", "Every effort moves you", "--max-new-tokens", "15",
+    p = run_mha("generate", model_path, "--prompt", "Every effort moves you", "--max-new-tokens", "15",
             "--temperature", "1.4", "--top-k", "25", "--seed", "123")
     got = p.stdout.decode().rstrip("\n")
     check(got == want, "generate: %r, torch %r" % (got, want))
@@ -133,19 +135,19 @@ def main():
     with open(small, "w") as f:
         f.write(text[:3000])
     cfg1 = {"emb_dim": 64, "n_heads": 2, "n_layers": 2, "context_length": 32, "drop_rate": 0.1}
-    ex1 = ["--epochs", "3", "--eval-freq", "3", "--sample-tokens", "20"]
+    ex1 = ["--epochs", "3", "--eval-freq", "3"]
     compare("GPT E64 L2 C32 drop 0.1", small, cfg1, ex1, os.path.join(tmp, "a"))
     cfg2 = {"emb_dim": 48, "n_heads": 4, "n_layers": 3, "context_length": 24, "drop_rate": 0.2, "qkv_bias": True}
     ex2 = ["--epochs", "2", "--eval-freq", "4", "--eval-iter", "2", "--batch", "3", "--train-ratio", "0.8",
-           "--seed", "7", "--start-context", "I had always", "--sample-tokens", "12", "--lr", "0.001"]
+           "--seed", "7", "--start-context", "I had always", "--lr", "0.001"]
     compare("GPT E48 L3 H4 C24 qkv drop 0.2 batch 3", small, cfg2, ex2, os.path.join(tmp, "b"))
     generate_vs_torch(os.path.join(tmp, "a", "model.safetensors"))
 
     # resume: after one epoch; killed mid-epoch; threads
-    base = ["--text", small] + cfg_args(cfg1) + ["--eval-freq", "3", "--sample-tokens", "20"]
+    base = ["--text", small] + cfg_args(cfg1) + ["--eval-freq", "3"]
     r = os.path.join(tmp, "r")
-    mha("train", "GPTModel", "--out", r, "--epochs", "1", *base)
-    mha("train", "GPTModel", "--out", r, "--epochs", "3", "--resume", "--threads", "1")
+    run_mha("train", "GPTModel", "--out", r, "--epochs", "1", *base)
+    run_mha("train", "GPTModel", "--out", r, "--epochs", "3", "--resume", "--threads", "1")
     same_files(os.path.join(tmp, "a"), r, "resumed after epoch 1")
     k = os.path.join(tmp, "k")
     proc = subprocess.Popen([MHA, "train", "GPTModel", "--out", k, "--epochs", "3", "--save-every", "1"] + base,
@@ -165,7 +167,7 @@ def main():
         proc.send_signal(signal.SIGKILL)
     proc.wait()
     check(killed, "the run to kill ended before it could be killed")
-    mha("train", "GPTModel", "--out", k, "--epochs", "3", "--resume", "--threads", "2")
+    run_mha("train", "GPTModel", "--out", k, "--epochs", "3", "--resume", "--threads", "2")
     same_files(os.path.join(tmp, "a"), k, "killed mid-epoch and resumed")
     left = sorted(f for f in os.listdir(k) if ".next" in f or ".tmp" in f or "commit" in f)
     check(not left, "temporary files left in the run directory: %s" % left)
@@ -201,7 +203,7 @@ def main():
     for args, want in bad:
         if "--out" not in args:
             args = args + ["--out", os.path.join(tmp, "bad")]
-        p = mha("train", "GPTModel", *args, ok=False)
+        p = run_mha("train", "GPTModel", *args, ok=False)
         err = p.stderr.decode()
         check(p.returncode == 1 and err.count("\n") == 1 and want in err,
               "mha train GPTModel %s: status %d, stderr %r (want %r)" % (" ".join(args), p.returncode, err, want))
