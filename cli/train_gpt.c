@@ -818,23 +818,6 @@ int mha_cli_train_gpt(int argc, char **argv) {
     }
     if (!o.text) o.text = default_text();
 
-    /* the text, split by characters as the book */
-    size_t len = 0;
-    char *text = read_all(o.text, &len);
-    if (len == 0) cli_die("%s: the file is empty", o.text);
-    if (o.resume && ((int64_t)len != want_bytes || fnv1a(text, len) != want_hash))
-        cli_die("%s: not the text the run in %s was trained on", o.text, dir);
-    int64_t chars = 0;
-    for (size_t i = 0; i < len; i++) chars += ((unsigned char)text[i] & 0xC0) != 0x80;
-    const int64_t split = (int64_t)(o.train_ratio * (double)chars);
-    size_t cut = 0; /* the byte where character number split begins */
-    for (int64_t c = 0; cut < len; cut++)
-        if (((unsigned char)text[cut] & 0xC0) != 0x80 && c++ == split) break;
-    mha_tokenizer *tk = cli_load_tokenizer(o.vocab);
-    dataset train, val;
-    make_part(&train, tk, text, cut, o.context, o.batch, "training", o.text, true);
-    make_part(&val, tk, text + cut, len - cut, o.context, o.batch, "validation", o.text, false);
-
     /* torch.manual_seed(seed); model = GPTModel(cfg) */
     mha_generator *g = NULL;
     cli_check(mha_generator_create(o.seed, &g), "generator");
@@ -874,9 +857,26 @@ int mha_cli_train_gpt(int argc, char **argv) {
     if (o.context > mc->context_length)
         cli_die("--context-length %lld is above the model's context: pos_emb has %lld rows", (long long)o.context,
                 (long long)mc->context_length);
+
+    /* the text, split by characters as the book */
+    size_t len = 0;
+    char *text = read_all(o.text, &len);
+    if (len == 0) cli_die("%s: the file is empty", o.text);
+    if (o.resume && ((int64_t)len != want_bytes || fnv1a(text, len) != want_hash))
+        cli_die("%s: not the text the run in %s was trained on", o.text, dir);
+    int64_t chars = 0;
+    for (size_t i = 0; i < len; i++) chars += ((unsigned char)text[i] & 0xC0) != 0x80;
+    const int64_t split = (int64_t)(o.train_ratio * (double)chars);
+    size_t cut = 0; /* the byte where character number split begins */
+    for (int64_t c = 0; cut < len; cut++)
+        if (((unsigned char)text[cut] & 0xC0) != 0x80 && c++ == split) break;
+    mha_tokenizer *tk = cli_load_tokenizer(o.vocab);
     if (mc->vocab_size < mha_tokenizer_vocab_size(tk))
         cli_die("the model's vocab_size %lld is below the tokenizer's %d", (long long)mc->vocab_size,
                 (int)mha_tokenizer_vocab_size(tk));
+    dataset train, val;
+    make_part(&train, tk, text, cut, o.context, o.batch, "training", o.text, true);
+    make_part(&val, tk, text + cut, len - cut, o.context, o.batch, "validation", o.text, false);
 
     mha_params *ps = mha_gpt_params(m);
     mha_optimizer_config oc;
