@@ -350,7 +350,8 @@ int svg_axis_fit(svg_axis *a, double dmin, double dmax, const svg_locator *l) {
     const double delta = (hi - lo) * 0.05;          /* axes.xmargin, axes.ymargin */
     if (isfinite(delta)) lo -= delta, hi += delta;
     nonsingular(&lo, &hi, 1e-12, 1e-13); /* MaxNLocator.view_limits */
-    a->lo = lo, a->hi = hi;
+    a->lo = lo, a->hi = hi, a->n = 0, a->offset[0] = 0;
+    if (!isfinite(hi - lo)) return -1; /* data near DBL_MAX: no scale to draw it on */
     double t[SVG_MAX_TICKS];
     const int n = svg_tick_values(l, lo, hi, t, SVG_MAX_TICKS);
     if (n < 0) return -1;

@@ -135,6 +135,9 @@ static void test_axes(void) {
               "offset '%s' want '%s'", k->dmin, k->dmax, a.lo, a.hi, k->lo, k->hi, a.n, a.n ? a.label[0] : "",
               a.n ? a.label[a.n - 1] : "", k->n, a.offset, k->offset);
     }
+    svg_axis a;
+    const svg_locator l9 = {9, 0, 0};
+    CHECK(svg_axis_fit(&a, -1e308, 1e308, &l9) == -1 && a.n == 0, "a range beyond DBL_MAX was drawn");
     /* a line's data limits: points with both coordinates finite */
     const double x[] = {1, 2, NAN, 4, 5, INFINITY}, y[] = {0, NAN, 3, 3, -INFINITY, 1};
     double lo = INFINITY, hi = -INFINITY;
