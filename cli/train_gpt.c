@@ -686,17 +686,6 @@ typedef struct {
     timing *t;
 } ckpt;
 
-/* TEMPORARY until cli/svg.c's svg_loss_epochs lands: the training loss only. */
-static int svg_loss_epochs(const char *path, const char *title, const double *ep, const double *tr,
-                           const double *va, const double *tk, int64_t n) {
-    (void)ep, (void)va, (void)tk;
-    float *y = cli_malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) y[i] = (float)tr[i];
-    const int r = svg_line_chart(path, title, "evaluation", "loss", y, n, 0, 1, NAN, NULL);
-    free(y);
-    return r;
-}
-
 static void write_loss_svg(const char *path, const run_state *s, int64_t epochs) {
     const int64_t n = s->n_log;
     double *ep = cli_malloc((size_t)(n + 1) * sizeof(double)), *tr = cli_malloc((size_t)(n + 1) * sizeof(double)),
@@ -708,7 +697,7 @@ static void write_loss_svg(const char *path, const run_state *s, int64_t epochs)
         va[i] = s->log[i].val;
         tk[i] = (double)s->log[i].tokens;
     }
-    if (n > 0 && svg_loss_epochs(path, "mha train GPTModel: training and validation loss", ep, tr, va, tk, n) != 0)
+    if (n > 0 && svg_loss_epochs(path, NULL, ep, tr, va, tk, n) != 0)
         cli_die("%s: cannot write: %s", path, strerror(errno));
     free(ep);
     free(tr);
