@@ -1,5 +1,6 @@
 /* gpt.c — the chapter 4 commands: mha init GPTModel|TransformerBlock,
  * mha run on their files, mha generate. */
+#define MHA_UNSTABLE /* mha_sgemm, mha_gpt_tape_bytes: the training step's bound and memory */
 #include "cli.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void) {
     struct timespec ts;
@@ -487,7 +489,232 @@ static double stream_read_gbps(const float *buf, size_t n) {
     return (double)(n / 4096 * 4096) * sizeof(float) / best * 1e-9;
 }
 
+/* ---- mha bench GPTModel --train-step ----------------------------------------- */
+
+static int cmp_ms(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of n sorted values. */
+static double median_of(const double *v, int64_t n) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); }
+
+/* One GEMM of the training step: C (M, N) = op(A) op(B), as the forward
+ * (x W^T) and the backward (dX = dY W, dW = dY^T X) call it. */
+typedef struct {
+    int64_t M, N, K;
+    bool ta, tb;
+    const char *what;
+} step_gemm;
+
+/* The step's GEMMs at R rows: per block the Q/K/V, out_proj, fc1 and fc2
+ * projections, then the head, each forward, dX and dW. */
+static int step_gemms(step_gemm *g, int64_t R, int64_t E, int64_t V) {
+    const struct {
+        int64_t in, out;
+        const char *name;
+    } lin[5] = {{E, 3 * E, "qkv"}, {E, E, "out_proj"}, {E, 4 * E, "fc1"}, {4 * E, E, "fc2"}, {E, V, "head"}};
+    int n = 0;
+    for (int i = 0; i < 5; i++) {
+        g[n++] = (step_gemm){R, lin[i].out, lin[i].in, false, true, lin[i].name};   /* y = x W^T */
+        g[n++] = (step_gemm){R, lin[i].in, lin[i].out, false, false, lin[i].name};  /* dx = dy W */
+        g[n++] = (step_gemm){lin[i].out, lin[i].in, R, true, false, lin[i].name};   /* dW = dy^T x */
+    }
+    return n;
+}
+
+/* The best GFLOP/s of mha_sgemm over the step's GEMM shapes (the minimum
+ * of reps calls each, after one warm-up call), and which shape gave it. */
+static double best_sgemm_gflops(int64_t R, int64_t E, int64_t V, int reps, char *shape, size_t shape_cap) {
+    step_gemm g[15];
+    const int n = step_gemms(g, R, E, V);
+    size_t most = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t a = (size_t)(g[i].M * g[i].K), b = (size_t)(g[i].K * g[i].N), c = (size_t)(g[i].M * g[i].N);
+        most = a > most ? a : most, most = b > most ? b : most, most = c > most ? c : most;
+    }
+    float *A = cli_malloc(most * sizeof(float)), *B = cli_malloc(most * sizeof(float));
+    float *C = cli_malloc(most * sizeof(float));
+    mha_generator *gen = NULL;
+    cli_check(mha_generator_create(5, &gen), "generator");
+    mha_generator_uniform(gen, A, most, -1.0, 1.0);
+    mha_generator_uniform(gen, B, most, -1.0, 1.0);
+    memset(C, 0, most * sizeof(float));
+    mha_generator_free(gen);
+    double best = 0.0;
+    for (int i = 0; i < n; i++) {
+        const step_gemm *s = &g[i];
+        const int64_t lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+        double t_min = INFINITY;
+        for (int r = -1; r < reps; r++) {
+            const double t0 = now_s();
+            cli_check(mha_sgemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N), "sgemm");
+            const double t = now_s() - t0;
+            if (r >= 0 && t < t_min) t_min = t;
+        }
+        const double rate = 2.0 * (double)s->M * (double)s->N * (double)s->K / t_min * 1e-9;
+        if (rate > best) {
+            best = rate;
+            snprintf(shape, shape_cap, "%lldx%lldx%lld%s%s (%s)", (long long)s->M, (long long)s->N, (long long)s->K,
+                     s->ta ? " A^T" : "", s->tb ? " B^T" : "", s->what);
+        }
+    }
+    free(A), free(B), free(C);
+    return best;
+}
+
+/* One AdamW training step timed: zero_grad, the forward with a tape in
+ * training mode (the config's dropout), the mean cross-entropy and the
+ * backward (mha_gpt_loss_backward), AdamW's step. */
+static int bench_train_step(int argc, char **argv) {
+    const char *weights = NULL;
+    int64_t B = 2, T = 256, rounds = 5;
+    bool json = false, tie = false, cfg_opts = false;
+    uint64_t seed = 123;
+    mha_gpt_config cfg;
+    mha_gpt_config_init(&cfg, MHA_GPT_MODEL);
+    for (int i = 3; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--train-step")) {
+        } else if (!strcmp(a, "--batch")) {
+            B = cli_parse_int(a, v, 1, 1 << 20), i++;
+        } else if (!strcmp(a, "--tokens")) {
+            T = cli_parse_int(a, v, 1, 1 << 24), i++;
+        } else if (!strcmp(a, "--weights")) {
+            if (!v) cli_die("--weights needs a file");
+            weights = v, i++;
+        } else if (!strcmp(a, "--seed")) {
+            seed = cli_parse_seed(a, v), i++;
+        } else if (!strcmp(a, "--tie-head")) {
+            tie = true;
+        } else if (!strcmp(a, "--rounds")) {
+            rounds = cli_parse_int(a, v, 1, 1000), i++;
+        } else if (!strcmp(a, "--threads")) {
+            cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (cli_parse_gpt_opt(&cfg, argc, argv, &i)) { /* a cfg key of init GPTModel */
+            cfg_opts = true;
+        } else {
+            cli_die("bench GPTModel --train-step: unknown option '%s' (see mha bench GPTModel --help)", a);
+        }
+    }
+    if (weights && (cfg_opts || tie))
+        cli_die("bench GPTModel --train-step: the model options change the seeded model, not --weights FILE");
+    mha_gpt *m = NULL;
+    if (weights) {
+        cli_check(mha_gpt_load(weights, &m), weights);
+    } else if (!tie) {
+        cli_check(mha_gpt_create_seeded(&cfg, seed, &m), "GPTModel");
+    } else { /* the book's draws, the head not drawn (mha_gpt_init) */
+        cli_check(mha_gpt_create(&cfg, 1, &m), "GPTModel");
+        mha_generator *g = NULL;
+        cli_check(mha_generator_create(seed, &g), "generator");
+        cli_check(mha_gpt_init(m, g), "GPTModel");
+        mha_generator_free(g);
+    }
+    const mha_gpt_config *c = mha_gpt_config_of(m);
+    if (c->kind != MHA_GPT_MODEL) cli_die("bench: %s holds a %s, not a GPTModel", weights, mha_gpt_kind_name(c->kind));
+    if (T > c->context_length)
+        cli_die("--tokens %lld exceeds context_length %lld", (long long)T, (long long)c->context_length);
+    const int64_t V = c->vocab_size, E = c->emb_dim, L = c->n_layers, R = B * T;
+    if ((double)R * (double)V > (double)((int64_t)1 << 36)) cli_die("--batch x --tokens: the logits would be too large");
+    mha_params *ps = mha_gpt_params(m);
+    mha_optimizer_config oc;
+    mha_optimizer_config_init(&oc, MHA_OPTIM_ADAMW);
+    oc.adamw.lr = 4e-4;
+    oc.adamw.weight_decay = 0.1;
+    mha_optimizer *opt = NULL;
+    cli_check(mha_optimizer_create(ps, &oc, &opt), "AdamW");
+    mha_gpt_tape *tape = NULL;
+    cli_check(mha_gpt_tape_create(&tape), "tape");
+    mha_generator *g = NULL;
+    cli_check(mha_generator_create(seed, &g), "generator");
+    int32_t *idx = cli_malloc((size_t)R * sizeof(int32_t)), *tgt = cli_malloc((size_t)R * sizeof(int32_t));
+    for (int64_t i = 0; i < R; i++) idx[i] = (int32_t)(mha_generator_random64(g) % (uint64_t)V);
+    for (int64_t i = 0; i < R; i++) tgt[i] = (int32_t)(mha_generator_random64(g) % (uint64_t)V);
+    mha_generator *drop = c->drop_rate > 0.0 ? g : NULL; /* training mode: dropout draws */
+    double *ms = cli_malloc((size_t)rounds * 4 * sizeof(double));
+    double *t_lb = ms + rounds, *t_opt = ms + 2 * rounds, *t_zero = ms + 3 * rounds;
+    float first_loss = 0.0f, last_loss = 0.0f;
+    const bool tty = isatty(STDERR_FILENO);
+    for (int64_t r = -1; r < rounds; r++) { /* r = -1: warm-up (the tape and the state pages) */
+        const double t0 = now_s();
+        cli_check(mha_params_zero_grad(ps), "zero_grad");
+        const double t1 = now_s();
+        float loss;
+        cli_check(mha_gpt_loss_backward(m, &loss, NULL, idx, tgt, B, T, drop, tape), "step");
+        const double t2 = now_s();
+        cli_check(mha_optimizer_step(opt), "AdamW");
+        const double t3 = now_s();
+        if (r < 0) first_loss = loss;
+        last_loss = loss;
+        if (r >= 0) ms[r] = (t3 - t0) * 1e3, t_zero[r] = (t1 - t0) * 1e3, t_lb[r] = (t2 - t1) * 1e3, t_opt[r] = (t3 - t2) * 1e3;
+        if (tty && !json)
+            fprintf(stderr, "\r%s %lld/%lld: %.0f ms (loss %.4f)   ", r < 0 ? "warm-up" : "step", (long long)(r < 0 ? 1 : r + 1),
+                    (long long)(r < 0 ? 1 : rounds), (t3 - t0) * 1e3, (double)loss);
+    }
+    if (tty && !json) fprintf(stderr, "\n");
+    const double peak = cli_peak_rss_mib(); /* before the GEMM timing's buffers */
+    const double tape_mib = (double)mha_gpt_tape_bytes(tape) / 1048576.0;
+    for (int k = 0; k < 4; k++) qsort(ms + k * rounds, (size_t)rounds, sizeof(double), cmp_ms);
+    /* The work counted: 6 x (parameters, the head as its own V x E matrix
+     * even when tied to tok_emb) x tokens, the forward's 2 and the
+     * backward's 4 flops per weight and token; plus the attention core's
+     * useful products over the causal half of the scores, forward (QK^T,
+     * PV) and backward (dP, dV, dQ, dK): 3 x 4 x pairs x head_dim per head. */
+    const bool tied = mha_gpt_head_tied(m) != 0;
+    const double P = (double)mha_params_scalars(ps), P_head = P + (tied ? (double)V * (double)E : 0.0);
+    const double pairs = (double)T * (double)(T + 1) / 2.0;
+    const double attn_gflop = 12.0 * (double)B * (double)L * pairs * (double)E * 1e-9;
+    const double gflop = 6.0 * P_head * (double)R * 1e-9 + attn_gflop;
+    /* the GEMMs alone: the blocks' weights and the head, no embeddings */
+    const double gemm_gflop = 6.0 * (double)R * ((double)L * 12.0 * (double)E * (double)E + (double)V * (double)E) * 1e-9;
+    char shape[96] = "";
+    const double sgemm = best_sgemm_gflops(R, E, V, 3, shape, sizeof shape);
+    const double bound_ms = gflop / sgemm * 1e3, mn = ms[0], med = median_of(ms, rounds);
+    const double weights_mib = P * 4.0 / 1048576.0, base_mib = 4.0 * weights_mib + tape_mib;
+    printf("GPTModel(vocab %lld, context %lld, emb %lld, heads %lld, layers %lld, drop_rate %g%s), %.1fM parameters, %s\n",
+           (long long)V, (long long)c->context_length, (long long)E, (long long)c->n_heads, (long long)L, c->drop_rate,
+           tied ? ", head tied" : "", P * 1e-6, weights ? weights : "seeded");
+    printf("training step at batch %lld x %lld tokens (%s), AdamW lr 4e-4 wd 0.1; threads %d, kernels %s, "
+           "projections %s\n", (long long)B, (long long)T, drop ? "training mode, dropout" : "no dropout",
+           mha_runtime_threads(), mha_runtime_isa(), mha_runtime_blas());
+    printf("step: min %.1f ms, median %.1f ms over %lld steps (1 warm-up); loss %.6f first, %.6f last\n", mn, med,
+           (long long)rounds, (double)first_loss, (double)last_loss);
+    printf("  zero_grad min %.1f ms, forward + cross-entropy + backward min %.1f ms, AdamW min %.1f ms\n", t_zero[0],
+           t_lb[0], t_opt[0]);
+    printf("work: %.1f GFLOP (6 x %.1fM x %lld tokens + attention %.2f; the GEMMs alone %.1f) -> %.1f GFLOP/s at the min\n",
+           gflop, P_head * 1e-6, (long long)R, attn_gflop, gemm_gflop, gflop / mn * 1e3);
+    printf("bound: %.1f ms at sgemm's best %.1f GFLOP/s (%s); fraction of the bound %.3f at the min, %.3f at the median\n",
+           bound_ms, sgemm, shape, bound_ms / mn, bound_ms / med);
+    printf("peak resident memory %.1f MiB (weights + gradients + AdamW's 2 states %.1f + tape %.1f = %.1f, ratio %.2f)\n",
+           peak, 4.0 * weights_mib, tape_mib, base_mib, peak / base_mib);
+    if (json)
+        printf("{\"batch\":%lld,\"tokens\":%lld,\"threads\":%d,\"params\":%.0f,\"tied\":%s,\"drop_rate\":%g,"
+               "\"min_ms\":%.3f,\"median_ms\":%.3f,\"zero_grad_min_ms\":%.3f,\"loss_backward_min_ms\":%.3f,"
+               "\"adamw_min_ms\":%.3f,\"gflop\":%.6f,\"attention_gflop\":%.6f,\"gemm_gflop\":%.6f,\"gflops\":%.3f,"
+               "\"peak_rss_mib\":%.1f,\"baseline_mib\":%.1f,\"sgemm_gflops\":%.3f,\"sgemm_shape\":\"%s\","
+               "\"bound_ms\":%.3f,\"fraction_of_bound\":%.4f,\"loss\":%.9g,\"last_loss\":%.9g,\"isa\":\"%s\","
+               "\"blas\":\"%s\"}\n",
+               (long long)B, (long long)T, mha_runtime_threads(), P, tied ? "true" : "false", c->drop_rate, mn, med,
+               t_zero[0], t_lb[0], t_opt[0], gflop, attn_gflop, gemm_gflop, gflop / mn * 1e3, peak, base_mib, sgemm, shape,
+               bound_ms, bound_ms / mn, (double)first_loss, (double)last_loss, mha_runtime_isa(), mha_runtime_blas());
+    free(ms), free(idx), free(tgt);
+    mha_generator_free(g);
+    mha_gpt_tape_free(tape);
+    mha_optimizer_free(opt);
+    mha_gpt_free(m);
+    return 0;
+}
+
 int mha_cli_bench_gpt(int argc, char **argv) {
+    bool step = false, help = false;
+    for (int i = 3; i < argc; i++) {
+        step = step || !strcmp(argv[i], "--train-step");
+        help = help || !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+    }
+    if (step && !help) return bench_train_step(argc, argv);
     const char *weights = NULL;
     int64_t T = 1024, N = 64, rounds = 3;
     bool json = false;
@@ -495,13 +722,27 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha bench GPTModel [--weights FILE] [--prompt-tokens T] [--decode N] [--rounds R]\n"
+                 "                          [--threads K] [--json]\n"
+                 "       mha bench GPTModel --train-step [--batch 2] [--tokens 256] [--weights FILE |\n"
+                 "                          init GPTModel's options, --tie-head, --seed 123] [--rounds 5]\n"
                  "                          [--threads K] [--json]\n\n"
                  "Times a GPTModel at batch 1: without --weights a seeded GPT_CONFIG_124M, with it that\n"
                  "file (the book's names or Hugging Face GPT-2's). Prefill: a T-token prompt (default\n"
                  "1024) in one forward up to the last position's logits (filling the KV cache); decode: N\n"
                  "single-token greedy steps with the KV cache after a 4-token prompt (default 64). The best\n"
                  "of R rounds (default 3). --json ends with one line: prefill_tokens_per_s,\n"
-                 "decode_tokens_per_s, decode_ms_per_token, peak_rss_mib, threads, ...");
+                 "decode_tokens_per_s, decode_ms_per_token, peak_rss_mib, threads, ...\n\n"
+                 "--train-step times R training steps (after one warm-up) on random tokens: zero_grad, the\n"
+                 "forward with a tape in training mode (the model's drop_rate), the mean cross-entropy, the\n"
+                 "backward and AdamW (lr 4e-4, weight decay 0.1). The model: FILE, or GPT_CONFIG_124M drawn\n"
+                 "as torch.manual_seed(S); GPTModel(cfg) with init GPTModel's options changing cfg\n"
+                 "(--context-length 256 for the book's chapter 5 model), --tie-head for out_head = tok_emb.\n"
+                 "Counted work (gflop): 6 x parameters x tokens (2 flops per weight and token forward, 4\n"
+                 "backward; a tied head counted twice, as tok_emb and as the head's GEMMs) + the attention\n"
+                 "core's QK^T and PV forward and dP, dV, dQ, dK backward over the causal half of the\n"
+                 "scores. The bound: gflop at the best sgemm rate of the step's GEMM shapes measured after\n"
+                 "the steps in the same run. Prints min and median step time, gflops, bound_ms,\n"
+                 "fraction_of_bound (bound / min), peak_rss_mib; --json ends with one line holding them.");
             return 0;
         } else if (!strcmp(a, "--weights")) {
             if (!v) cli_die("--weights needs a file");

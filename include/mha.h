@@ -1090,6 +1090,15 @@ MHA_API mha_status mha_runtime_set_isa(const char *name);
 /* Bytes a tape holds now (its memory, for benchmarks). */
 MHA_API size_t mha_tape_bytes(const mha_tape *t);
 MHA_API size_t mha_gpt_tape_bytes(const mha_gpt_tape *t);
+/* Row-major C (M, N) = alpha op(A) op(B) + beta C through the library's
+ * projection GEMM (the backend mha_runtime_blas() names, on the library's
+ * threads), as every projection of a forward or backward runs it: what
+ * `mha bench GPTModel --train-step` times for its bound. ERR_ARGUMENT for
+ * NULL pointers, negative sizes or leading dimensions too small;
+ * ERR_NOMEM when the backend could not get its buffers. */
+MHA_API mha_status mha_sgemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                             float *C, int64_t ldc);
 #endif
 
 #ifdef __cplusplus

@@ -218,6 +218,25 @@ static inline double mha__u53_of(uint64_t r) {
 }
 static inline bool mha__dropout_keep_of(uint64_t r, double p) { return mha__u53_of(r) < 1.0 - p; }
 
+/* ---- AdamW's update (kernel "adamw") --------------------------------------
+ * torch 1.13's _single_tensor_adamw on n elements, each rounded to float32
+ * after every op as its in-place tensor ops round (train/optim.c derives
+ * the constants and says why):
+ *   p = p * decay;  m = madd(omb1, g, m * beta1);  v = madd(omb2 * g, g, v * beta2)
+ *   (amsgrad: vmax = max(vmax, v), v = vmax)
+ *   p = p + (neg_step_size * m) / (sqrt(v) / bc2_sqrt + eps)
+ * madd(a, x, b) = fmaf(a, x, b) when fused (PyTorch's AVX2 kernels), else
+ * b + a * x rounded twice (its DEFAULT ones). Every op is an IEEE
+ * single-precision one (sqrt and the division correctly rounded), so every
+ * version gives the same bits. g finite (the caller checks). vmax: NULL
+ * without amsgrad.
+ *   ref:           the scalar loop (optim_ref.c);
+ *   avx2, avx512:  the same ops on vectors (optim_body.h). */
+typedef struct {
+    float decay, beta1, omb1, beta2, omb2, bc2_sqrt, eps, neg_step_size;
+    bool amsgrad, fused;
+} mha__adamw_args;
+
 /* ---- The list ------------------------------------------------------------
  * X(name, return type, (parameters), avx2, avx512): a kernel of the table.
  * avx2 / avx512 is Y where that ISA has its own version, N where its table
@@ -262,7 +281,10 @@ static inline bool mha__dropout_keep_of(uint64_t r, double p) { return mha__u53_
       Y, N)                                                                                        \
     X(dropout_apply, void, (float *out, const float *in, const uint64_t *bits, size_t n,           \
                             float scale),                                                          \
-      Y, N)
+      Y, N)                                                                                        \
+    X(adamw, void, (const mha__adamw_args *k, float *p, const float *g, float *m, float *v,        \
+                    float *vmax, size_t n),                                                        \
+      Y, Y)
 
 #define MHA__IF_Y(...) __VA_ARGS__
 #define MHA__IF_N(...)

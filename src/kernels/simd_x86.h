@@ -25,6 +25,7 @@ VINL vf vf_add(vf a, vf b) { return MM(add_ps)(a, b); }
 VINL vf vf_sub(vf a, vf b) { return MM(sub_ps)(a, b); }
 VINL vf vf_mul(vf a, vf b) { return MM(mul_ps)(a, b); }
 VINL vf vf_div(vf a, vf b) { return MM(div_ps)(a, b); }
+VINL vf vf_sqrt(vf a) { return MM(sqrt_ps)(a); } /* correctly rounded, as sqrtf */
 VINL vf vf_fmadd(vf a, vf b, vf c) { return MM(fmadd_ps)(a, b, c); }
 VINL vf vf_fnmadd(vf a, vf b, vf c) { return MM(fnmadd_ps)(a, b, c); }
 VINL vf vf_max(vf a, vf b) { return MM(max_ps)(a, b); }

@@ -33,7 +33,10 @@
  *   param.add_(d_p, alpha=-lr)              p = p + f(-lr) * d
  *
  * The update is elementwise: chunks of parameters run on OpenMP threads and
- * the result does not depend on how many. */
+ * the result does not depend on how many. AdamW's per-element ops are the
+ * kernel table's adamw (kernels/optim_ref.c, and optim_body.h on vectors:
+ * the same IEEE ops, the same bits); SGD's are below. */
+#include "kernels/kernels.h"
 #include "params/params.h"
 
 #include <inttypes.h>
@@ -286,31 +289,6 @@ static inline float madd(bool fused, float a, float x, float b) {
 }
 
 typedef struct {
-    float decay, beta1, omb1, beta2, omb2, bc2_sqrt, eps, neg_step_size;
-    bool amsgrad, fused;
-} adamw_k;
-
-static inline void adamw_range(bool fused, const adamw_k *k, float *restrict p,
-                               const float *restrict g, float *restrict m, float *restrict v,
-                               float *restrict vmax, size_t n) {
-    for (size_t j = 0; j < n; j++) {
-        const float gj = g[j];
-        const float pj = p[j] * k->decay;
-        const float mj = madd(fused, k->omb1, gj, m[j] * k->beta1);
-        float vj = madd(fused, k->omb2 * gj, gj, v[j] * k->beta2);
-        m[j] = mj;
-        v[j] = vj;
-        if (k->amsgrad) {
-            /* torch.maximum; both finite here */
-            if (vmax[j] > vj) vj = vmax[j];
-            vmax[j] = vj;
-        }
-        const float denom = sqrtf(vj) / k->bc2_sqrt + k->eps;
-        p[j] = pj + (k->neg_step_size * mj) / denom;
-    }
-}
-
-typedef struct {
     float wd, mom, omd, neg_lr;
     bool has_wd, has_mom, nesterov, first, fused;
 } sgd_k;
@@ -348,12 +326,17 @@ static void for_chunks(mha_optimizer *o, chunk_fn f, const void *k) {
     }
 }
 
+/* A float's exponent bits all set: infinity or NaN. The chunk is first
+ * scanned without a branch (a loop the compiler vectorises: the scan reads
+ * every gradient each step), and searched only when it holds one. */
 static void nonfinite_chunk(mha_optimizer *o, const void *k, size_t at, size_t n, size_t c) {
     (void)k;
-    const float *g = o->ps->grad + at;
+    const uint32_t *g = (const uint32_t *)(const void *)(o->ps->grad + at);
+    uint32_t any = 0;
+    for (size_t j = 0; j < n; j++) any |= (g[j] & 0x7f800000u) == 0x7f800000u;
     o->bad[c] = SIZE_MAX;
-    for (size_t j = 0; j < n; j++)
-        if (!isfinite(g[j])) {
+    for (size_t j = 0; any && j < n; j++)
+        if ((g[j] & 0x7f800000u) == 0x7f800000u) {
             o->bad[c] = j;
             break;
         }
@@ -378,13 +361,13 @@ static mha_status check_gradients(mha_optimizer *o) {
     return mha__fail(MHA_ERR_NONFINITE, "a gradient holds NaN or infinity; nothing was updated");
 }
 
+/* The per-element update is the table's adamw kernel (kernels.h: the
+ * same bits on every ISA). */
 static void adamw_chunk(mha_optimizer *o, const void *kv, size_t at, size_t n, size_t c) {
     (void)c;
-    const adamw_k *k = kv;
+    const mha__adamw_args *k = kv;
     float *p = o->ps->arena + at, *vmax = k->amsgrad ? o->state[2] + at : NULL;
-    const float *g = o->ps->grad + at;
-    if (k->fused) adamw_range(true, k, p, g, o->state[0] + at, o->state[1] + at, vmax, n);
-    else adamw_range(false, k, p, g, o->state[0] + at, o->state[1] + at, vmax, n);
+    mha__kernels_active()->adamw(k, p, o->ps->grad + at, o->state[0] + at, o->state[1] + at, vmax, n);
 }
 
 static void adamw_step(mha_optimizer *o) {
@@ -393,7 +376,7 @@ static void adamw_step(mha_optimizer *o) {
     const double bc1 = 1.0 - pow(c->beta1, (double)t);
     const double bc2 = 1.0 - pow(c->beta2, (double)t);
     const double step_size = c->lr / bc1;
-    const adamw_k k = {
+    const mha__adamw_args k = {
         .decay = (float)(1.0 - c->lr * c->weight_decay),
         .beta1 = (float)c->beta1,
         .omb1 = (float)(1.0 - c->beta1),
