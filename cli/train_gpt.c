@@ -686,17 +686,6 @@ typedef struct {
     timing *t;
 } ckpt;
 
-/* TEMPORARY until cli/svg.c's svg_loss_epochs lands: the training loss only. */
-static int svg_loss_epochs(const char *path, const char *title, const double *ep, const double *tr,
-                           const double *va, const double *tk, int64_t n) {
-    (void)ep, (void)va, (void)tk;
-    float *y = cli_malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) y[i] = (float)tr[i];
-    const int r = svg_line_chart(path, title, "evaluation", "loss", y, n, 0, 1, NAN, NULL);
-    free(y);
-    return r;
-}
-
 static void write_loss_svg(const char *path, const run_state *s, int64_t epochs) {
     const int64_t n = s->n_log;
     double *ep = cli_malloc((size_t)(n + 1) * sizeof(double)), *tr = cli_malloc((size_t)(n + 1) * sizeof(double)),
@@ -708,7 +697,7 @@ static void write_loss_svg(const char *path, const run_state *s, int64_t epochs)
         va[i] = s->log[i].val;
         tk[i] = (double)s->log[i].tokens;
     }
-    if (n > 0 && svg_loss_epochs(path, "mha train GPTModel: training and validation loss", ep, tr, va, tk, n) != 0)
+    if (n > 0 && svg_loss_epochs(path, NULL, ep, tr, va, tk, n) != 0)
         cli_die("%s: cannot write: %s", path, strerror(errno));
     free(ep);
     free(tr);
@@ -818,23 +807,6 @@ int mha_cli_train_gpt(int argc, char **argv) {
     }
     if (!o.text) o.text = default_text();
 
-    /* the text, split by characters as the book */
-    size_t len = 0;
-    char *text = read_all(o.text, &len);
-    if (len == 0) cli_die("%s: the file is empty", o.text);
-    if (o.resume && ((int64_t)len != want_bytes || fnv1a(text, len) != want_hash))
-        cli_die("%s: not the text the run in %s was trained on", o.text, dir);
-    int64_t chars = 0;
-    for (size_t i = 0; i < len; i++) chars += ((unsigned char)text[i] & 0xC0) != 0x80;
-    const int64_t split = (int64_t)(o.train_ratio * (double)chars);
-    size_t cut = 0; /* the byte where character number split begins */
-    for (int64_t c = 0; cut < len; cut++)
-        if (((unsigned char)text[cut] & 0xC0) != 0x80 && c++ == split) break;
-    mha_tokenizer *tk = cli_load_tokenizer(o.vocab);
-    dataset train, val;
-    make_part(&train, tk, text, cut, o.context, o.batch, "training", o.text, true);
-    make_part(&val, tk, text + cut, len - cut, o.context, o.batch, "validation", o.text, false);
-
     /* torch.manual_seed(seed); model = GPTModel(cfg) */
     mha_generator *g = NULL;
     cli_check(mha_generator_create(o.seed, &g), "generator");
@@ -874,9 +846,26 @@ int mha_cli_train_gpt(int argc, char **argv) {
     if (o.context > mc->context_length)
         cli_die("--context-length %lld is above the model's context: pos_emb has %lld rows", (long long)o.context,
                 (long long)mc->context_length);
+
+    /* the text, split by characters as the book */
+    size_t len = 0;
+    char *text = read_all(o.text, &len);
+    if (len == 0) cli_die("%s: the file is empty", o.text);
+    if (o.resume && ((int64_t)len != want_bytes || fnv1a(text, len) != want_hash))
+        cli_die("%s: not the text the run in %s was trained on", o.text, dir);
+    int64_t chars = 0;
+    for (size_t i = 0; i < len; i++) chars += ((unsigned char)text[i] & 0xC0) != 0x80;
+    const int64_t split = (int64_t)(o.train_ratio * (double)chars);
+    size_t cut = 0; /* the byte where character number split begins */
+    for (int64_t c = 0; cut < len; cut++)
+        if (((unsigned char)text[cut] & 0xC0) != 0x80 && c++ == split) break;
+    mha_tokenizer *tk = cli_load_tokenizer(o.vocab);
     if (mc->vocab_size < mha_tokenizer_vocab_size(tk))
         cli_die("the model's vocab_size %lld is below the tokenizer's %d", (long long)mc->vocab_size,
                 (int)mha_tokenizer_vocab_size(tk));
+    dataset train, val;
+    make_part(&train, tk, text, cut, o.context, o.batch, "training", o.text, true);
+    make_part(&val, tk, text + cut, len - cut, o.context, o.batch, "validation", o.text, false);
 
     mha_params *ps = mha_gpt_params(m);
     mha_optimizer_config oc;

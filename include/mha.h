@@ -850,7 +850,10 @@ MHA_API mha_status mha_gpt_generate(mha_gpt *m, int32_t *out, int64_t *n_out, co
 
 /* Saves the state_dict under the book's names, F32, __metadata__ "module"
  * and the config keys (vocab_size, context_length, emb_dim, n_heads,
- * n_layers, drop_rate, qkv_bias) as strings. */
+ * n_layers, drop_rate, qkv_bias) as strings. A tied head is written as
+ * out_head.weight too (equal to tok_emb.weight, as torch's state_dict has
+ * it) with "tie_head" "true", which mha_gpt_load reads back as a tied
+ * model (ERR_FORMAT when the two tensors then differ). */
 MHA_API mha_status mha_gpt_save(const mha_gpt *m, const char *path);
 /* Loads a GPTModel or TransformerBlock from the book's names (metadata as
  * mha_gpt_save writes) or a GPTModel from Hugging Face GPT-2 names

@@ -22,11 +22,16 @@ _mha() {
         COMPREPLY=($(compgen -W "$words" -- "$cur"))
         return
     fi
-    if [[ $cur == -* ]]; then
+    if [[ $cur == -* ]] && [ "$cmd" = train ] && [ "${COMP_WORDS[2]}" = GPTModel ]; then
+        words=$("${COMP_WORDS[0]}" train GPTModel --help 2>/dev/null | grep -o -- '--[a-z][a-z0-9-]*' | sort -u)
+        COMPREPLY=($(compgen -W "$words --help" -- "$cur"))
+    elif [[ $cur == -* ]]; then
         words=$("${COMP_WORDS[0]}" "$cmd" --help 2>/dev/null | grep -o -- '--[a-z][a-z0-9-]*' | sort -u)
         COMPREPLY=($(compgen -W "$words --help" -- "$cur"))
     elif [ "$cmd" = init ] && [ "$COMP_CWORD" -eq 2 ]; then
         COMPREPLY=($(compgen -W "SelfAttention_v1 SelfAttention_v2 CausalAttention MultiHeadAttentionWrapper MultiHeadAttention" -- "$cur"))
+    elif [ "$cmd" = train ] && [ "$COMP_CWORD" -eq 2 ]; then
+        COMPREPLY=($(compgen -W "GPTModel" -- "$cur"))
     elif [ "$cmd" = bench ] && [ "$COMP_CWORD" -eq 2 ]; then
         COMPREPLY=($(compgen -W "SelfAttention_v1 SelfAttention_v2 CausalAttention MultiHeadAttentionWrapper MultiHeadAttention" -- "$cur"))
     else

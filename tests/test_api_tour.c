@@ -74,6 +74,17 @@ static void tour_generator(void) {
     OK(mha_generator_linear_init(g, w, bias, 3, 2));
     OK(mha_generator_embedding_init(g, emb, 4, 3, 1));
     CHECK(emb[3] == 0.0f && emb[4] == 0.0f && emb[5] == 0.0f, "padding row zeroed");
+    /* torch's state bytes: a copy continues the stream, cached normal included */
+    static uint8_t state[MHA_GENERATOR_STATE_BYTES];
+    mha_generator *h = NULL;
+    OK(mha_generator_create(9, &h));
+    OK(mha_generator_get_state(g, state, sizeof state));
+    OK(mha_generator_set_state(h, state, sizeof state));
+    mha_generator_normal(g, a, 1, 0.0, 1.0);
+    mha_generator_normal(h, b, 1, 0.0, 1.0);
+    CHECK(a[0] == b[0], "the copy draws the same");
+    CHECK(mha_generator_set_state(h, state, 100) == MHA_ERR_ARGUMENT, "short state refused");
+    mha_generator_free(h);
     mha_generator_free(g);
 
     float x[12], ctx[12], wts[16], dx[12];

@@ -1,5 +1,6 @@
 """mha — the attention modules of chapter 3 of "Build a Large Language Model
-(From Scratch)", computed by libmha (C), exact to PyTorch, from Python.
+(From Scratch)", and chapter 4's GPTModel, trainable as chapter 5 trains it,
+computed by libmha (C), exact to PyTorch, from Python.
 
 The book's classes, with the book's constructor signatures:
 
@@ -11,10 +12,21 @@ The book's classes, with the book's constructor signatures:
 Constructing after mha.manual_seed(s) gives the weights torch gives after
 torch.manual_seed(s), bit for bit; in training mode (the default, as in
 torch; .eval() to leave it) dropout draws torch's mask from the same global
-generator. m.backward(dy) returns dx and accumulates every parameter's
-gradient (m.grads()); mha.optim.AdamW and SGD update them as torch.optim
-does. state_dict() / load_state_dict() use torch's names; m.save(path) /
+generator. Where torch can be imported that generator is torch's own
+default CPU generator (its state goes in and out through
+torch.get_rng_state / torch.set_rng_state around every call that draws), so
+mha's draws and torch's interleave as in a script of the book's modules, and
+torch.manual_seed seeds mha too; without torch it is mha's own.
+m.backward(dy) returns dx and accumulates every parameter's gradient
+(m.grads()); mha.optim.AdamW and SGD update them as torch.optim does.
+state_dict() / load_state_dict() use torch's names; m.save(path) /
 mha.load(path) use safetensors files that `mha run` also reads.
+
+Chapter 4 and 5 (mha.gpt): torch.manual_seed(123); model =
+mha.GPTModel(cfg) is the book's model; its parameters() are torch
+Parameters over mha's memory and model(idx) joins torch's autograd, so the
+book's train_model_simple runs unchanged with torch.optim.AdamW.
+mha.tokenizer is GPT-2's tokenizer with tiktoken's interface.
 
 Errors from the library raise mha.Error, whose message carries
 mha_last_error(). See _lib.py for where libmha.so is looked for.
@@ -35,7 +47,7 @@ from ._version import __version__
 __all__ = ["SelfAttention_v1", "SelfAttention_v2", "CausalAttention", "MultiHeadAttentionWrapper",
            "MultiHeadAttention", "Module", "Error", "manual_seed", "rand", "randn", "load", "no_grad",
            "library_path", "library_version", "runtime", "optim", "GPTModel", "TransformerBlock",
-           "GPT_CONFIG_124M"]
+           "GPT_CONFIG_124M", "initial_seed", "get_rng_state", "set_rng_state"]
 
 _L = _lib.lib
 _check = _lib.check
@@ -85,16 +97,87 @@ _gen_lock = threading.RLock()
 _gen = _lib.c_void_p()
 _check(_L.mha_generator_create(TORCH_DEFAULT_SEED, _lib.ctypes.byref(_gen)), "generator")
 _L.mha_generator_set_variant(_gen, _VARIANT)
+TORCH_STATE_SIZE = 5056  # MHA_GENERATOR_STATE_BYTES: torch.get_rng_state().numel()
+
+_TORCH = []  # [torch module or None], once looked for
+
+
+def _torch():
+    """torch where it can be imported (once tried), else None. Where it can,
+    the global generator is torch's own default CPU generator."""
+    if not _TORCH:
+        try:
+            import torch
+            torch.get_rng_state, torch.set_rng_state  # noqa: B018  (a torch with a CPU generator)
+        except (ImportError, AttributeError):
+            torch = None
+        _TORCH.append(torch)
+    return _TORCH[0]
+
+
+@contextlib.contextmanager
+def _drawing(active=True):
+    """The global generator, for a call that draws from it (None when not
+    active): with torch, mha's generator takes torch's state
+    (torch.get_rng_state) before the call and gives it back
+    (torch.set_rng_state) after, so that mha's draws advance torch's
+    generator exactly as the book's modules would."""
+    if not active:
+        yield None
+        return
+    with _gen_lock:
+        torch = _torch()
+        if torch is None:
+            yield _gen
+            return
+        state = torch.get_rng_state()
+        _check(_L.mha_generator_set_state(_gen, state.data_ptr(), state.numel()), "torch.get_rng_state")
+        try:
+            yield _gen
+        finally:
+            out = torch.empty(TORCH_STATE_SIZE, dtype=torch.uint8)
+            _check(_L.mha_generator_get_state(_gen, out.data_ptr(), TORCH_STATE_SIZE), "torch state")
+            torch.set_rng_state(out)
 
 
 def manual_seed(seed):
     """torch.manual_seed(seed): reseeds the global generator that module
-    construction, rand/randn and training-mode dropout draw from."""
+    construction, rand/randn and training-mode dropout draw from (torch's
+    own where torch can be imported: this calls torch.manual_seed)."""
     seed = operator.index(seed)
     if not -(1 << 63) <= seed < (1 << 64):
         raise ValueError("seed must be in [-2**63, 2**64), got %d" % seed)
     with _gen_lock:
         _L.mha_generator_manual_seed(_gen, seed & ((1 << 64) - 1))
+        torch = _torch()
+        if torch is not None:
+            torch.manual_seed(seed)
+
+
+def initial_seed():
+    """torch.initial_seed(): the seed of the global generator (the first 8
+    bytes of its state, as torch stores it)."""
+    return int(get_rng_state()[:8].view("<u8")[0])
+
+
+def get_rng_state():
+    """torch.get_rng_state(): the global generator's state, 5056 bytes
+    (numpy uint8) in torch's format; set_rng_state(state) restores it."""
+    out = np.empty(TORCH_STATE_SIZE, np.uint8)
+    with _drawing() as g:
+        _check(_L.mha_generator_get_state(g, out.ctypes.data, out.size), "get_rng_state")
+    return out
+
+
+def set_rng_state(state):
+    """torch.set_rng_state(state): a state from get_rng_state (or torch's),
+    as bytes, a uint8 numpy array or tensor."""
+    if _is_torch(state):
+        state = state.detach().cpu().numpy()
+    a = np.ascontiguousarray(np.frombuffer(state, np.uint8) if isinstance(state, (bytes, bytearray))
+                             else np.asarray(state, np.uint8)).reshape(-1)
+    with _drawing() as g:
+        _check(_L.mha_generator_set_state(g, a.ctypes.data, a.size), "set_rng_state")
 
 
 def _size(size):
@@ -106,16 +189,16 @@ def _size(size):
 def rand(*size):
     """torch.rand(*size) from the global generator, as a float32 array."""
     out = np.empty(_size(size), dtype=np.float32)
-    with _gen_lock:
-        _L.mha_generator_uniform(_gen, _ptr(out), out.size, 0.0, 1.0)
+    with _drawing() as g:
+        _L.mha_generator_uniform(g, _ptr(out), out.size, 0.0, 1.0)
     return out
 
 
 def randn(*size):
     """torch.randn(*size) from the global generator, as a float32 array."""
     out = np.empty(_size(size), dtype=np.float32)
-    with _gen_lock:
-        _L.mha_generator_normal(_gen, _ptr(out), out.size, 0.0, 1.0)
+    with _drawing() as g:
+        _L.mha_generator_normal(g, _ptr(out), out.size, 0.0, 1.0)
     return out
 
 
@@ -281,8 +364,8 @@ class Module:
         h = _lib.c_void_p()
         _check(_L.mha_module_create(_lib.ctypes.byref(c), _lib.ctypes.byref(h)), type(self).__name__)
         self._adopt(h)
-        with _gen_lock:
-            _check(_L.mha_module_init(self._h, _gen), type(self).__name__)
+        with _drawing() as g:
+            _check(_L.mha_module_init(self._h, g), type(self).__name__)
 
     @classmethod
     def _wrap(cls, h):
@@ -372,9 +455,10 @@ class Module:
             raise ValueError("x has width %d but d_in is %d" % (a.shape[-1], self._cfg.d_in))
         B, T = (a.shape[0], a.shape[1]) if want == 3 else (1, a.shape[0])
         y = np.empty(a.shape[:-1] + (self._width(),), dtype=np.float32)
-        opts = _lib.ForwardOpts(training=int(self.training), rng=0, generator=_gen.value)
         what = "%s forward" % type(self).__name__
-        with _gen_lock if self.training else contextlib.nullcontext():
+        # dropout 0 draws nothing: torch's state is left alone then
+        with _drawing(self.training and self._cfg.dropout > 0):
+            opts = _lib.ForwardOpts(training=int(self.training), rng=0, generator=_gen.value)
             self._run_forward(y, a, kind, B, T, opts, record, what)
         return y
 

@@ -75,6 +75,8 @@ _PROTOTYPES = {
     "mha_generator_set_variant": (None, [c_void_p, c_int]),
     "mha_generator_uniform": (None, [c_void_p, c_float_p, c_size_t, c_double, c_double]),
     "mha_generator_normal": (None, [c_void_p, c_float_p, c_size_t, c_double, c_double]),
+    "mha_generator_get_state": (c_int, [c_void_p, c_void_p, c_size_t]),
+    "mha_generator_set_state": (c_int, [c_void_p, c_void_p, c_size_t]),
     "mha_kind_name": (c_char_p, [c_int]),
     "mha_kind_from_name": (c_int, [c_char_p, P(c_int)]),
     "mha_config_init": (None, [P(Config), c_int]),

@@ -4,6 +4,10 @@ bit torch 1.13.1 on the CPU (libmha's mha_optimizer):
     opt = mha.optim.AdamW(m.parameters(), lr=1e-3)   # or AdamW(m, ...)
     y = m(x); m.backward(dy); opt.step(); opt.zero_grad()
 
+A GPTModel's parameters too (model.loss_backward(idx, targets) or
+model.backward(dlogits) for the gradients); with torch, torch.optim.AdamW
+over model.parameters() gives the same steps through torch's own code.
+
 Every parameter is updated at every step from its gradient (m.grads()).
 The optimizer keeps its module alive. opt.param_groups[0]["lr"] = v changes
 the learning rate, as in torch; save(path) / load(path) keep the state as
@@ -19,11 +23,12 @@ _L = _lib.lib
 
 def _module_of(params):
     from . import Module, ParameterList
-    if isinstance(params, Module):
+    from .gpt import _GPTBase
+    if isinstance(params, (Module, _GPTBase)):
         return params
     if isinstance(params, ParameterList):
         return params.module
-    raise TypeError("an mha optimizer takes a module or its .parameters(), got %s" % type(params).__name__)
+    raise TypeError("an mha optimizer takes a module or model, or its .parameters(), got %s" % type(params).__name__)
 
 
 class _ParamGroup(dict):
@@ -64,7 +69,7 @@ class Optimizer:
         _lib.check(_L.mha_optimizer_step(self._h), "%s step" % type(self).__name__)
 
     def zero_grad(self, set_to_none=False):
-        self.module.zero_grad()
+        self.module.zero_grad(set_to_none)
 
     @property
     def lr(self):

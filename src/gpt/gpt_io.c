@@ -27,12 +27,15 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
     snprintf(v[4], 32, "%lld", (long long)c->n_layers);
     mha__format_double(v[5], 32, c->drop_rate);
     snprintf(v[6], 32, "%s", c->qkv_bias ? "true" : "false");
+    /* a tied head: out_head.weight is written too (the book's state_dict
+     * keys, for torch), and "tie_head" makes mha_gpt_load tie it again */
     const char *meta[] = {"module", mha_gpt_kind_name(c->kind), "vocab_size", v[0], "context_length", v[1],
                           "emb_dim", v[2], "n_heads", v[3], "n_layers", v[4], "drop_rate", v[5],
-                          "qkv_bias", v[6]};
+                          "qkv_bias", v[6], "tie_head", "true"};
+    const size_t n_meta = sizeof meta / sizeof meta[0] / 2 - (m->tied ? 0 : 1);
     float *const base[1] = {m->params.arena};
     const mha__param_views views = {1, no_prefix, base, true};
-    return mha__params_save(&m->params, &views, NULL, 0, meta, sizeof meta / sizeof meta[0] / 2, path);
+    return mha__params_save(&m->params, &views, NULL, 0, meta, n_meta, path);
 }
 
 /* ---- load: shared ------------------------------------------------------- */
@@ -132,11 +135,30 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) 
     mha_status s = config_from_meta(st, &c);
     if (s != MHA_OK) return s;
     if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
+    int tied = 0;
+    if (kind == MHA_GPT_MODEL && mha_st_metadata(st, "tie_head") &&
+        (s = mha_st_metadata_bool(st, "tie_head", &tied)) != MHA_OK)
+        return s;
     mha_gpt *m = NULL;
-    if ((s = mha_gpt_create(&c, 0, &m)) != MHA_OK) return s;
+    if ((s = mha_gpt_create(&c, tied, &m)) != MHA_OK) return s;
+    /* tied: the file's out_head.weight must be its tok_emb.weight. Both
+     * names share one tensor, which the read below (in state_dict order,
+     * the head last) leaves holding out_head.weight: compare it with
+     * tok_emb.weight read aside. */
+    float *head = NULL;
+    mha_st_tensor th;
+    const size_t ve = (size_t)(c.vocab_size * c.emb_dim);
+    if (tied && mha_st_find(st, "tok_emb.weight", &th) == MHA_OK && th.numel == ve) {
+        if (!(head = mha__alloc(ve * sizeof(float)))) s = mha__nomem("mha_gpt_load: out of memory");
+        else s = mha_st_read_f32(st, &th, head, ve);
+    }
     float *const base[1] = {m->params.arena};
     const mha__param_views views = {1, no_prefix, base, true};
-    if ((s = mha__params_read(&m->params, &views, st, false, att_mask, m)) != MHA_OK) {
+    if (s == MHA_OK) s = mha__params_read(&m->params, &views, st, false, att_mask, m);
+    if (s == MHA_OK && head && memcmp(head, m->tok_emb, ve * sizeof(float)) != 0)
+        s = mha__fail(MHA_ERR_FORMAT, "tie_head is true but out_head.weight is not tok_emb.weight");
+    mha__free(head);
+    if (s != MHA_OK) {
         mha_gpt_free(m);
         return s;
     }

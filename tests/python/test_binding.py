@@ -116,9 +116,11 @@ def test_construction_continues_the_stream():
     assert np.array_equal(bits(ma.W_key), bits(a.W_key.detach().numpy()))
     assert np.array_equal(bits(mb.W_value.weight), bits(b.W_value.weight.detach().numpy()))
     assert np.array_equal(bits(mr), bits(r.numpy()))
-    torch.manual_seed(3)
+    # one global generator: mha's draws advance torch's
     mha.manual_seed(3)
-    assert np.array_equal(bits(mha.randn(5, 3)), bits(torch.randn(5, 3).numpy()))
+    got = mha.randn(5, 3)
+    torch.manual_seed(3)
+    assert np.array_equal(bits(got), bits(torch.randn(5, 3).numpy()))
 
 
 # ---- forward ---------------------------------------------------------------------------
@@ -195,17 +197,20 @@ def test_training_dropout_is_torchs(module):
         seed = rng.randint(0, 1 << 31)
         tm, m = construct_both(module, cfg, seed)
         x = inputs(module, cfg, rng)
+        state = torch.get_rng_state()  # one generator: torch's draws, then mha's again from here
         with torch.no_grad():
             want1, want2 = tm(torch.from_numpy(x)).numpy(), tm(torch.from_numpy(x)).numpy()
+        torch.set_rng_state(state)
         got1, got2 = m(x), m(x)  # each draws a fresh mask, continuing the stream
         assert_close(got1, want1, "first training forward")
         assert_close(got2, want2, "second training forward")
         # reseeding: mha.manual_seed(s); m.train(); m(x) == torch.manual_seed(s); tm.train(); tm(x)
-        torch.manual_seed(seed ^ 1)
         mha.manual_seed(seed ^ 1)
+        got = m.train()(x)
+        torch.manual_seed(seed ^ 1)
         with torch.no_grad():
             want = tm.train()(torch.from_numpy(x)).numpy()
-        assert_close(m.train()(x), want, "after reseeding")
+        assert_close(got, want, "after reseeding")
 
 
 # ---- backward ----------------------------------------------------------------------------
@@ -220,9 +225,11 @@ def test_backward_is_autograds(module):
         tm, m = construct_both(module, cfg, seed)
         x = inputs(module, cfg, rng)
         tx = torch.from_numpy(x.copy()).requires_grad_(True)
+        state = torch.get_rng_state()  # the same mask for both forwards
         ty = tm(tx)
         dy = np.random.default_rng(case).standard_normal(ty.shape).astype(np.float32)
         ty.backward(torch.from_numpy(dy))
+        torch.set_rng_state(state)
         y = m(x)
         assert_close(y, ty.detach().numpy(), "y")
         dx = m.backward(dy)
