@@ -84,6 +84,13 @@ static void tour_generator(void) {
     mha_generator_normal(h, b, 1, 0.0, 1.0);
     CHECK(a[0] == b[0], "the copy draws the same");
     CHECK(mha_generator_set_state(h, state, 100) == MHA_ERR_ARGUMENT, "short state refused");
+    /* a DataLoader's draws: _base_seed, the sampler's seed, its randperm */
+    CHECK(mha_generator_int64(g) >= 0, "int64 random_() is non-negative");
+    int64_t perm[5], seen = 0;
+    OK(mha_generator_randperm(h, perm, 5));
+    for (int i = 0; i < 5; i++) seen |= perm[i] >= 0 && perm[i] < 5 ? (int64_t)1 << perm[i] : 0;
+    CHECK(seen == 31, "randperm is a permutation");
+    CHECK(mha_generator_randperm(h, perm, -1) == MHA_ERR_ARGUMENT, "randperm n < 0 refused");
     mha_generator_free(h);
     mha_generator_free(g);
 
