@@ -89,14 +89,14 @@ run() { # name, build dir, labels to leave out (a regex, or ""), env..., -- cmak
 }
 
 run "release" build-test "" -- -DCMAKE_BUILD_TYPE=Release
-run "reference kernels (MHA_ISA=ref)" build-test env-independent MHA_ISA=ref --
+run "reference kernels (MHA_ISA=ref)" build-test "env-independent|whole-run" MHA_ISA=ref --
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test env-independent MHA_ISA=avx2 --
+  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test "env-independent|whole-run" MHA_ISA=avx2 --
 fi
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-  run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas "env-independent|no-gemm" OPENBLAS_CORETYPE=Haswell -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
+  run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas "env-independent|no-gemm|whole-run" OPENBLAS_CORETYPE=Haswell -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 else
-  run "OpenBLAS backend" build-test-openblas "env-independent|no-gemm" -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
+  run "OpenBLAS backend" build-test-openblas "env-independent|no-gemm|whole-run" -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 fi
 # RelWithDebInfo: debug assertions on, and line numbers for valgrind
 run "no OpenMP, no BLAS" build-test-noomp "" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin
