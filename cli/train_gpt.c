@@ -136,7 +136,6 @@ static void parse_opts(opts *o, int argc, char **argv) {
     const int64_t big = (int64_t)1 << 40;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const int64_t ctx_before = o->cfg.context_length;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage();
             exit(0);
@@ -145,7 +144,6 @@ static void parse_opts(opts *o, int argc, char **argv) {
                 o->context = o->cfg.context_length, o->given_context = true;
             else
                 o->given_cfg = true;
-            (void)ctx_before;
         } else if (!strcmp(a, "--text") || !strcmp(a, "--weights") || !strcmp(a, "--out") ||
                    !strcmp(a, "--vocab") || !strcmp(a, "--start-context")) {
             if (!v) cli_die("%s needs a value", a);
