@@ -168,7 +168,7 @@ static bool run_tile(const gemm_job *j, int64_t t) {
 /* ---- one row: GEMV --------------------------------------------------------- */
 
 /* Rows of W per task: a fixed split, whatever the thread count. */
-#define MHA_GEMV_ROWS 256
+#define MHA_GEMV_ROWS 64
 
 /* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, rows
  * of B in fixed blocks dealt to threads (each block then through the
