@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,9 +162,9 @@ static float *read_x(const mha_st *st, const char *in, const char *name, const m
 }
 
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
-                    uint64_t seed) {
+                    uint64_t seed, mha_dtype dtype) {
     mha_gpt *m = NULL;
-    cli_check(mha_gpt_from_st(wst, &m), weights);
+    cli_check(mha_gpt_from_st_as(wst, dtype, &m), weights);
     const mha_gpt_config *c = mha_gpt_config_of(m);
     mha_st *st = NULL;
     cli_check(mha_st_read_file(in, &st), in);
@@ -321,22 +322,72 @@ static void stream_id(void *user, int32_t id) {
     s->count++;
 }
 
+/* ---- mha convert ------------------------------------------------------------ */
+
+int mha_cli_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    mha_dtype dtype = MHA_DTYPE_F32;
+    bool have_dtype = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            puts("usage: mha convert WEIGHTS -o OUTPUT --dtype bf16|f16|f32\n\n"
+                 "Writes a GPTModel or TransformerBlock file (the book's names or Hugging Face GPT-2's)\n"
+                 "under the book's names with its weight matrices (tok_emb, pos_emb, the attention and\n"
+                 "feed-forward weights, out_head) as BF16 or F16 tensors, rounded to nearest even as\n"
+                 "torch's .to(torch.bfloat16) / .half() round them; biases and LayerNorms stay F32.\n"
+                 "generate, run and bench GPTModel --dtype bf16|f16 then read it without converting, and\n"
+                 "torch's load_state_dict takes it. --dtype f32 widens a 16-bit file back (exactly). A\n"
+                 "value beyond F16's range (65504) is an error. OUTPUT must not be WEIGHTS.");
+            return 0;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!v) cli_die("%s needs a file name", a);
+            out = v, i++;
+        } else if (!strcmp(a, "--dtype")) {
+            dtype = cli_parse_dtype(a, v), have_dtype = true, i++;
+        } else if (!strcmp(a, "--threads")) {
+            cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (a[0] == '-') {
+            cli_die("convert: unknown option '%s' (see mha convert --help)", a);
+        } else if (!in) {
+            in = a;
+        } else {
+            cli_die("convert: unexpected argument '%s'", a);
+        }
+    }
+    if (!in) cli_die("convert: missing WEIGHTS file (see mha convert --help)");
+    if (!out) cli_die("convert: missing -o OUTPUT");
+    if (!have_dtype) cli_die("convert: give --dtype bf16, f16 or f32");
+    struct stat si, so;
+    if (stat(in, &si) == 0 && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        cli_die("convert: OUTPUT is WEIGHTS itself (%s); write another file", out);
+    mha_gpt *m = NULL;
+    cli_check(mha_gpt_load_as(in, dtype, &m), in);
+    cli_check(mha_gpt_save(m, out), out);
+    mha_gpt_free(m);
+    return 0;
+}
+
 int mha_cli_generate(int argc, char **argv) {
     const char *weights = NULL, *ids_s = NULL, *prompt = NULL, *vocab = NULL;
     mha_generate_opts o;
     mha_generate_opts_init(&o);
     bool json = false, have_seed = false;
+    mha_dtype dtype = MHA_DTYPE_F32;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha generate WEIGHTS (--prompt TEXT | --ids 15496,11,314,716)\n"
                  "                    [--max-new-tokens N] [--no-kv-cache] [--temperature T --top-k K --seed S]\n"
-                 "                    [--json] [--threads N]\n\n"
+                 "                    [--dtype f32|bf16|f16] [--json] [--threads N]\n\n"
                  "Continues the prompt with a GPTModel (a file of mha init GPTModel, or Hugging Face GPT-2\n"
                  "weights): greedy by default (the book's generate_text_simple), with a KV cache unless\n"
                  "--no-kv-cache (the same tokens); --temperature/--top-k sample as chapter 5's generate\n"
                  "after torch.manual_seed(S). Prints the ids as they come; --json ends with one line\n"
-                 "{\"ids\": [...], \"text\": ..., \"tokens_per_s\": ...}.");
+                 "{\"ids\": [...], \"text\": ..., \"tokens_per_s\": ...}.\n\n"
+                 "--dtype bf16 or f16 holds the weight matrices in 16 bits (read from a 16-bit file as\n"
+                 "they are, or rounded once from F32 at load): half the memory and about twice the decode\n"
+                 "speed, with activations and sums in F32; f32 (the default) computes what PyTorch does.");
             return 0;
         } else if (!strcmp(a, "--ids")) {
             ids_s = v, i++;
@@ -360,6 +411,8 @@ int mha_cli_generate(int argc, char **argv) {
             o.seed = cli_parse_seed(a, v), have_seed = true, i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--dtype")) {
+            dtype = cli_parse_dtype(a, v), i++;
         } else if (!strcmp(a, "--vocab")) {
             if (!v) cli_die("--vocab needs a directory");
             vocab = v, i++;
@@ -395,7 +448,7 @@ int mha_cli_generate(int argc, char **argv) {
         ids = cli_parse_ids("--ids", ids_s, &n_prompt);
     }
     mha_gpt *m = NULL;
-    cli_check(mha_gpt_load(weights, &m), weights);
+    cli_check(mha_gpt_load_as(weights, dtype, &m), weights);
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (c->kind != MHA_GPT_MODEL) cli_die("%s: a %s does not generate (a GPTModel does)", weights, mha_gpt_kind_name(c->kind));
     for (int64_t i = 0; i < n_prompt; i++)
@@ -747,11 +800,12 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     const char *weights = NULL;
     int64_t T = 1024, N = 64, rounds = 3;
     bool json = false;
+    mha_dtype dtype = MHA_DTYPE_F32;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha bench GPTModel [--weights FILE] [--prompt-tokens T] [--decode N] [--rounds R]\n"
-                 "                          [--threads K] [--json]\n"
+                 "                          [--dtype f32|bf16|f16] [--threads K] [--json]\n"
                  "       mha bench GPTModel --train-step [--batch 2] [--tokens 256] [--weights FILE |\n"
                  "                          init GPTModel's options, --tie-head, --seed 123] [--rounds 5]\n"
                  "                          [--threads K] [--json]\n\n"
@@ -760,7 +814,9 @@ int mha_cli_bench_gpt(int argc, char **argv) {
                  "1024) in one forward up to the last position's logits (filling the KV cache); decode: N\n"
                  "single-token greedy steps with the KV cache after a 4-token prompt (default 64). The best\n"
                  "of R rounds (default 3). --json ends with one line: prefill_tokens_per_s,\n"
-                 "decode_tokens_per_s, decode_ms_per_token, peak_rss_mib, threads, ...\n\n"
+                 "decode_tokens_per_s, decode_ms_per_token, peak_rss_mib, threads, dtype, ...\n"
+                 "--dtype bf16|f16: the weight matrices held in 16 bits (FILE loaded as such; the seeded\n"
+                 "model drawn in F32 and converted, its F32 copy freed before the timing).\n\n"
                  "--train-step times R training steps (after one warm-up) on random tokens: zero_grad, the\n"
                  "forward with a tape in training mode (the model's drop_rate), the mean cross-entropy, the\n"
                  "backward and AdamW (lr 4e-4, weight decay 0.1). The model: FILE, or GPT_CONFIG_124M drawn\n"
@@ -788,6 +844,8 @@ int mha_cli_bench_gpt(int argc, char **argv) {
             cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--dtype")) {
+            dtype = cli_parse_dtype(a, v), i++;
         } else {
             cli_die("bench GPTModel: unknown option '%s' (see mha bench GPTModel --help)", a);
         }
@@ -795,11 +853,17 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     mha_gpt *m = NULL;
     const double t_load = now_s();
     if (weights) {
-        cli_check(mha_gpt_load(weights, &m), weights);
+        cli_check(mha_gpt_load_as(weights, dtype, &m), weights);
     } else {
         mha_gpt_config c;
         mha_gpt_config_init(&c, MHA_GPT_MODEL);
         cli_check(mha_gpt_create_seeded(&c, 123, &m), "GPTModel");
+        if (dtype != MHA_DTYPE_F32) {
+            mha_gpt *h = NULL;
+            cli_check(mha_gpt_convert(m, dtype, &h), "--dtype");
+            mha_gpt_free(m);
+            m = h;
+        }
     }
     const double load_s = now_s() - t_load;
     const mha_gpt_config *c = mha_gpt_config_of(m);
@@ -832,20 +896,20 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         if (!json) fprintf(stderr, "round %lld/%lld: prefill %.3f s, decode %.3f s\n", (long long)r + 1, (long long)rounds, tp, td);
     }
     const double E = (double)c->emb_dim, L = (double)c->n_layers, C = (double)c->context_length;
-    const double weights_mib = (double)mha_params_scalars(mha_gpt_params(m)) * 4.0 / 1048576.0;
+    const double weights_mib = (double)mha_gpt_weights_bytes(m) / 1048576.0;
     const double kv_mib = L * C * 2.0 * E * 4.0 / 1048576.0;
     const double act_mib = (double)T * (10.0 * E) * 4.0 / 1048576.0 + C * E * 4.0 / 1048576.0 + (double)V * 4.0 / 1048576.0;
     /* the weights themselves, read as a stream: the decode bound */
-    mha_param tok;
-    cli_check(mha_params_find(mha_gpt_params(m), "tok_emb.weight", &tok), "weights");
-    const double gbps = stream_read_gbps(tok.data, tok.numel);
+    mha_gpt_weight tok; /* tok_emb.weight, as held (F32 or 16-bit) */
+    cli_check(mha_gpt_weight_get(m, 0, &tok), "weights");
+    const double gbps = stream_read_gbps(tok.data, tok.numel * mha_dtype_size(tok.dtype) / sizeof(float));
     const double bound_ms = weights_mib * 1048576.0 / (gbps * 1e9) * 1e3;
     const double peak = cli_peak_rss_mib();
     printf("GPTModel(vocab %lld, context %lld, emb %lld, heads %lld, layers %lld%s), %s\n", (long long)c->vocab_size,
            (long long)c->context_length, (long long)c->emb_dim, (long long)c->n_heads, (long long)c->n_layers,
            mha_gpt_head_tied(m) ? ", head tied" : "", weights ? weights : "seeded GPT_CONFIG_124M (seed 123)");
-    printf("threads %d, kernels %s, projections %s; loaded in %.2f s\n", mha_runtime_threads(), mha_runtime_isa(),
-           mha_runtime_blas(), load_s);
+    printf("threads %d, kernels %s, projections %s, weights %s; loaded in %.2f s\n", mha_runtime_threads(),
+           mha_runtime_isa(), mha_runtime_blas(), cli_dtype_name(dtype), load_s);
     printf("prefill: %lld tokens in %.3f s = %.1f tokens/s (best of %lld)\n", (long long)T, best_prefill,
            (double)T / best_prefill, (long long)rounds);
     printf("decode: %lld tokens in %.3f s = %.2f tokens/s, %.2f ms/token (best of %lld)\n", (long long)N, best_decode,
@@ -858,10 +922,10 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         printf("{\"prefill_tokens\":%lld,\"prefill_tokens_per_s\":%.3f,\"decode_tokens\":%lld,\"decode_tokens_per_s\":%.3f,"
                "\"decode_ms_per_token\":%.4f,\"peak_rss_mib\":%.1f,\"weights_mib\":%.1f,\"kv_cache_mib\":%.1f,"
                "\"threads\":%d,\"isa\":\"%s\",\"blas\":\"%s\",\"load_s\":%.3f,\"stream_read_gbps\":%.2f,"
-               "\"weights_read_ms\":%.3f}\n",
+               "\"weights_read_ms\":%.3f,\"dtype\":\"%s\"}\n",
                (long long)T, (double)T / best_prefill, (long long)N, (double)N / best_decode, best_decode * 1e3 / (double)N,
                peak, weights_mib, kv_mib, mha_runtime_threads(), mha_runtime_isa(), mha_runtime_blas(), load_s, gbps,
-               bound_ms);
+               bound_ms, cli_dtype_name(dtype));
     free(ids);
     free(logits);
     mha_gpt_free(m);
