@@ -339,7 +339,8 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_dtype dtype, mh
     mha_gpt *m = NULL;
     if ((s = mha__gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
     const int64_t E = m->E;
-    const size_t tmp_floats = (size_t)(4 * E * E) > PIECE ? (size_t)(4 * E * E) : PIECE;
+    /* F32: a whole Conv1D weight to transpose; 16-bit: one piece */
+    const size_t tmp_floats = dtype == MHA_DTYPE_F32 ? (size_t)(4 * E * E) : PIECE;
     float *tmp = mha__alloc_n(tmp_floats, sizeof(float));
     if (!tmp) {
         mha_gpt_free(m);
