@@ -54,6 +54,18 @@ uint64_t cli_parse_seed(const char *opt, const char *s) {
     return v;
 }
 
+mha_dtype cli_parse_dtype(const char *opt, const char *s) {
+    if (s && !strcmp(s, "f32")) return MHA_DTYPE_F32;
+    if (s && !strcmp(s, "bf16")) return MHA_DTYPE_BF16;
+    if (s && !strcmp(s, "f16")) return MHA_DTYPE_F16;
+    cli_die("%s: '%s' is not a weight dtype (f32, bf16 or f16)", opt, s ? s : "");
+    return MHA_DTYPE_F32;
+}
+
+const char *cli_dtype_name(mha_dtype d) {
+    return d == MHA_DTYPE_BF16 ? "bf16" : d == MHA_DTYPE_F16 ? "f16" : "f32";
+}
+
 double cli_parse_prob(const char *opt, const char *s) {
     char err[CLI_ERR_CAP];
     double v = 0.0;

@@ -21,6 +21,9 @@ void *cli_malloc(size_t n);
 int64_t cli_parse_int(const char *opt, const char *s, int64_t lo, int64_t hi);
 /* torch.manual_seed's range: [-2^63, 2^64), negatives taken mod 2^64. */
 uint64_t cli_parse_seed(const char *opt, const char *s);
+/* --dtype's f32, bf16 or f16 (the weights of GPT inference), and back. */
+mha_dtype cli_parse_dtype(const char *opt, const char *s);
+const char *cli_dtype_name(mha_dtype d);
 /* A dropout probability in [0, 1). */
 double cli_parse_prob(const char *opt, const char *s);
 
@@ -83,10 +86,11 @@ bool cli_parse_gpt_opt(mha_gpt_config *c, int argc, char **argv, int *i);
 bool cli_st_is_gpt(const mha_st *st);
 int mha_cli_init_gpt(int argc, char **argv);
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
-                    uint64_t seed);
+                    uint64_t seed, mha_dtype dtype);
 int mha_cli_grad_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
                      uint64_t seed);
 int mha_cli_generate(int argc, char **argv);
+int mha_cli_convert(int argc, char **argv);
 int mha_cli_bench_gpt(int argc, char **argv);
 
 #endif

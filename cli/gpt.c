@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -183,9 +184,9 @@ static float *read_x(const mha_st *st, const char *in, const char *name, const m
 }
 
 int mha_cli_run_gpt(const mha_st *wst, const char *weights, const char *in, const char *out, bool train,
-                    uint64_t seed) {
+                    uint64_t seed, mha_dtype dtype) {
     mha_gpt *m = NULL;
-    cli_check(mha_gpt_from_st(wst, &m), weights);
+    cli_check(mha_gpt_from_st_as(wst, dtype, &m), weights);
     const mha_gpt_config *c = mha_gpt_config_of(m);
     mha_st *st = NULL;
     cli_check(mha_st_read_file(in, &st), in);
@@ -343,22 +344,72 @@ static void stream_id(void *user, int32_t id) {
     s->count++;
 }
 
+/* ---- mha convert ------------------------------------------------------------ */
+
+int mha_cli_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    mha_dtype dtype = MHA_DTYPE_F32;
+    bool have_dtype = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            puts("usage: mha convert WEIGHTS -o OUTPUT --dtype bf16|f16|f32\n\n"
+                 "Writes a GPTModel or TransformerBlock file (the book's names or Hugging Face GPT-2's)\n"
+                 "under the book's names with its weight matrices (tok_emb, pos_emb, the attention and\n"
+                 "feed-forward weights, out_head) as BF16 or F16 tensors, rounded to nearest even as\n"
+                 "torch's .to(torch.bfloat16) / .half() round them; biases and LayerNorms stay F32.\n"
+                 "generate, run and bench GPTModel --dtype bf16|f16 then read it without converting, and\n"
+                 "torch's load_state_dict takes it. --dtype f32 widens a 16-bit file back (exactly). A\n"
+                 "value beyond F16's range (65504) is an error. OUTPUT must not be WEIGHTS.");
+            return 0;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!v) cli_die("%s needs a file name", a);
+            out = v, i++;
+        } else if (!strcmp(a, "--dtype")) {
+            dtype = cli_parse_dtype(a, v), have_dtype = true, i++;
+        } else if (!strcmp(a, "--threads")) {
+            cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (a[0] == '-') {
+            cli_die("convert: unknown option '%s' (see mha convert --help)", a);
+        } else if (!in) {
+            in = a;
+        } else {
+            cli_die("convert: unexpected argument '%s'", a);
+        }
+    }
+    if (!in) cli_die("convert: missing WEIGHTS file (see mha convert --help)");
+    if (!out) cli_die("convert: missing -o OUTPUT");
+    if (!have_dtype) cli_die("convert: give --dtype bf16, f16 or f32");
+    struct stat si, so;
+    if (stat(in, &si) == 0 && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        cli_die("convert: OUTPUT is WEIGHTS itself (%s); write another file", out);
+    mha_gpt *m = NULL;
+    cli_check(mha_gpt_load_as(in, dtype, &m), in);
+    cli_check(mha_gpt_save(m, out), out);
+    mha_gpt_free(m);
+    return 0;
+}
+
 int mha_cli_generate(int argc, char **argv) {
     const char *weights = NULL, *ids_s = NULL, *prompt = NULL, *vocab = NULL;
     mha_generate_opts o;
     mha_generate_opts_init(&o);
     bool json = false, have_seed = false;
+    mha_dtype dtype = MHA_DTYPE_F32;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha generate WEIGHTS (--prompt TEXT | --ids 15496,11,314,716)\n"
                  "                    [--max-new-tokens N] [--no-kv-cache] [--temperature T --top-k K --seed S]\n"
-                 "                    [--json] [--threads N]\n\n"
+                 "                    [--dtype f32|bf16|f16] [--json] [--threads N]\n\n"
                  "Continues the prompt with a GPTModel (a file of mha init GPTModel, or Hugging Face GPT-2\n"
                  "weights): greedy by default (the book's generate_text_simple), with a KV cache unless\n"
                  "--no-kv-cache (the same tokens); --temperature/--top-k sample as chapter 5's generate\n"
                  "after torch.manual_seed(S). Prints the ids as they come; --json ends with one line\n"
-                 "{\"ids\": [...], \"text\": ..., \"tokens_per_s\": ...}.");
+                 "{\"ids\": [...], \"text\": ..., \"tokens_per_s\": ...}.\n\n"
+                 "--dtype bf16 or f16 holds the weight matrices in 16 bits (read from a 16-bit file as\n"
+                 "they are, or rounded once from F32 at load): half the memory and about twice the decode\n"
+                 "speed, with activations and sums in F32; f32 (the default) computes what PyTorch does.");
             return 0;
         } else if (!strcmp(a, "--ids")) {
             ids_s = v, i++;
@@ -382,6 +433,8 @@ int mha_cli_generate(int argc, char **argv) {
             o.seed = cli_parse_seed(a, v), have_seed = true, i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--dtype")) {
+            dtype = cli_parse_dtype(a, v), i++;
         } else if (!strcmp(a, "--vocab")) {
             if (!v) cli_die("--vocab needs a directory");
             vocab = v, i++;
@@ -417,7 +470,7 @@ int mha_cli_generate(int argc, char **argv) {
         ids = cli_parse_ids("--ids", ids_s, &n_prompt);
     }
     mha_gpt *m = NULL;
-    cli_check(mha_gpt_load(weights, &m), weights);
+    cli_check(mha_gpt_load_as(weights, dtype, &m), weights);
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (c->kind != MHA_GPT_MODEL) cli_die("%s: a %s does not generate (a GPTModel does)", weights, mha_gpt_kind_name(c->kind));
     for (int64_t i = 0; i < n_prompt; i++)
@@ -482,41 +535,46 @@ static int32_t argmax_id(const float *v, int64_t n) {
     return (int32_t)a;
 }
 
-/* The weights one decode step reads: every matrix and vector but the
- * embeddings' lookups (one row of pos_emb; of tok_emb too unless it is the
- * tied head), cut into 16 KiB chunks (a tensor's tail under a chunk left
- * out: at most 16 KiB of each, counted in neither the bytes nor the time). */
-#define READ_CHUNK 4096 /* floats */
+/* The weights one decode step reads, as the model holds them (F32 or 16
+ * bits): every matrix and vector but the embeddings' lookups (one row of
+ * pos_emb; of tok_emb too unless it is the tied head), cut into 16 KiB
+ * chunks (a tensor's tail under a chunk left out: at most 16 KiB of each,
+ * counted in the bytes, not in the time). */
+#define READ_CHUNK 16384 /* bytes */
 typedef struct {
-    const float **chunk;
+    const char **chunk;
     size_t n;
-    double bytes; /* what a decode step reads: the chunks and the tails */
+    double bytes;   /* what a decode step reads: the chunks and the tails */
+    int64_t params; /* the model's parameters, a tied head once */
 } read_set;
 
-static void read_set_init(read_set *s, mha_gpt *m) {
-    const mha_params *ps = mha_gpt_params(m);
-    const size_t np = mha_params_count(ps);
-    size_t total = 0;
-    s->bytes = 0.0;
+static void read_set_init(read_set *s, const mha_gpt *m) {
+    const size_t nw = mha_gpt_weights_count(m);
+    const void *tok = NULL;
+    s->bytes = 0.0, s->params = 0, s->chunk = NULL;
     for (int pass = 0; pass < 2; pass++) {
         s->n = 0;
-        for (size_t i = 0; i < np; i++) {
-            mha_param p;
-            cli_check(mha_params_get(ps, i, &p), "weights");
+        for (size_t i = 0; i < nw; i++) {
+            mha_gpt_weight w;
+            cli_check(mha_gpt_weight_get(m, i, &w), "weights");
+            const size_t bytes = w.numel * mha_dtype_size(w.dtype);
+            if (!strcmp(w.name, "tok_emb.weight")) tok = w.data;
+            if (!pass && !(tok && w.data == tok && strcmp(w.name, "tok_emb.weight"))) s->params += (int64_t)w.numel;
             /* the head, tied or not, is listed as out_head.weight */
-            if (!strcmp(p.name, "pos_emb.weight") || !strcmp(p.name, "tok_emb.weight")) continue;
-            if (!pass) s->bytes += (double)p.numel * sizeof(float);
-            for (size_t c = 0; c + READ_CHUNK <= p.numel; c += READ_CHUNK) {
-                if (pass) s->chunk[s->n] = p.data + c;
+            if (!strcmp(w.name, "pos_emb.weight") || !strcmp(w.name, "tok_emb.weight")) continue;
+            if (!pass) s->bytes += (double)bytes;
+            for (size_t c = 0; c + READ_CHUNK <= bytes; c += READ_CHUNK) {
+                if (pass) s->chunk[s->n] = (const char *)w.data + c;
                 s->n++;
             }
         }
-        if (!pass) total = s->n, s->chunk = cli_malloc((total ? total : 1) * sizeof *s->chunk);
+        if (!pass) s->chunk = cli_malloc((s->n ? s->n : 1) * sizeof *s->chunk);
     }
 }
 
-/* Loads that do not assume alignment. */
-typedef float read_v8 __attribute__((vector_size(32), aligned(4)));
+/* Integer lanes (any bits: 16-bit weights too, no float pitfalls), loads
+ * that do not assume alignment. */
+typedef uint32_t read_v8 __attribute__((vector_size(32), aligned(4)));
 
 /* The sum of 8 chunks read at once: 8 streams far apart keep more reads in
  * flight than one (on a 2-core Zen 3, 37 GB/s against 28 for one stream
@@ -528,10 +586,10 @@ typedef float read_v8 __attribute__((vector_size(32), aligned(4)));
 __attribute__((target_clones("avx2", "default")))
 #endif
 #endif
-static float sum_chunks8(const float *const *chunk) {
+static uint32_t sum_chunks8(const char *const *chunk) {
     read_v8 a[8] = {{0}};
-    for (size_t i = 0; i < READ_CHUNK / 8; i++)
-        for (int s = 0; s < 8; s++) a[s] += ((const read_v8 *)chunk[s])[i];
+    for (size_t i = 0; i < READ_CHUNK / sizeof(read_v8); i++)
+        for (int s = 0; s < 8; s++) a[s] += ((const read_v8 *)(const void *)chunk[s])[i];
     const read_v8 t = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
     return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
 }
@@ -542,15 +600,15 @@ static float sum_chunks8(const float *const *chunk) {
  * every one of these weights once per token, can hope for. */
 static double read_pass_gbps(const read_set *s) {
     if (!s->n) return 0.0; /* no tensor of 16 KiB: nothing worth timing */
-    volatile float sink = 0.0f;
+    volatile uint32_t sink = 0;
     const size_t stride = s->n / 8, groups = stride + (s->n % 8 ? 1 : 0);
     const double t0 = now_s();
-    float total = 0.0f;
+    uint32_t total = 0;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) reduction(+ : total)
 #endif
     for (size_t g = 0; g < groups; g++) {
-        const float *c[8];
+        const char *c[8];
         for (int k = 0; k < 8; k++) {
             const size_t i = g < stride ? g + (size_t)k * stride : 8 * stride + (size_t)k;
             c[k] = s->chunk[i < s->n ? i : s->n - 1]; /* the last group's spare streams: the last chunk again */
@@ -560,7 +618,7 @@ static double read_pass_gbps(const read_set *s) {
     sink = total;
     (void)sink;
     const double t = now_s() - t0;
-    return (double)s->n * READ_CHUNK * sizeof(float) / t * 1e-9;
+    return (double)s->n * READ_CHUNK / t * 1e-9;
 }
 
 /* The best and the worst of a few passes, folded into *best and *worst. */
@@ -659,12 +717,14 @@ static double probe_best(const sgemm_probe *pr, char *shape, size_t shape_cap) {
     return best;
 }
 
-/* The benchmarks' model: FILE, or GPTModel(cfg) drawn as
- * torch.manual_seed(seed) (tie: out_head = tok_emb, the head not drawn). */
-static mha_gpt *bench_model(const char *weights, const mha_gpt_config *cfg, bool tie, uint64_t seed) {
+/* The benchmarks' model: FILE (its matrices as dtype), or GPTModel(cfg)
+ * drawn as torch.manual_seed(seed) (tie: out_head = tok_emb, the head not
+ * drawn), then converted to dtype, its F32 copy freed. */
+static mha_gpt *bench_model(const char *weights, const mha_gpt_config *cfg, bool tie, uint64_t seed,
+                            mha_dtype dtype) {
     mha_gpt *m = NULL;
     if (weights) {
-        cli_check(mha_gpt_load(weights, &m), weights);
+        cli_check(mha_gpt_load_as(weights, dtype, &m), weights);
     } else if (!tie) {
         cli_check(mha_gpt_create_seeded(cfg, seed, &m), "GPTModel");
     } else { /* the book's draws, the head not drawn (mha_gpt_init) */
@@ -673,6 +733,12 @@ static mha_gpt *bench_model(const char *weights, const mha_gpt_config *cfg, bool
         cli_check(mha_generator_create(seed, &g), "generator");
         cli_check(mha_gpt_init(m, g), "GPTModel");
         mha_generator_free(g);
+    }
+    if (!weights && dtype != MHA_DTYPE_F32) {
+        mha_gpt *h = NULL;
+        cli_check(mha_gpt_convert(m, dtype, &h), "--dtype");
+        mha_gpt_free(m);
+        m = h;
     }
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (c->kind != MHA_GPT_MODEL) cli_die("bench: %s holds a %s, not a GPTModel", weights, mha_gpt_kind_name(c->kind));
@@ -717,7 +783,7 @@ static int bench_train_step(int argc, char **argv) {
     }
     if (weights && (cfg_opts || tie))
         cli_die("bench GPTModel --train-step: the model options change the seeded model, not --weights FILE");
-    mha_gpt *m = bench_model(weights, &cfg, tie, seed);
+    mha_gpt *m = bench_model(weights, &cfg, tie, seed, MHA_DTYPE_F32);
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (T > c->context_length)
         cli_die("--tokens %lld exceeds context_length %lld", (long long)T, (long long)c->context_length);
@@ -838,6 +904,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     const char *weights = NULL;
     int64_t T = 1024, N = 64, rounds = 3;
     bool json = false, tie = false, cfg_opts = false;
+    mha_dtype dtype = MHA_DTYPE_F32;
     uint64_t seed = 123;
     mha_gpt_config cfg;
     mha_gpt_config_init(&cfg, MHA_GPT_MODEL);
@@ -846,7 +913,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha bench GPTModel [--weights FILE | --size 124M|medium|large|xl, init GPTModel's\n"
                  "                          options, --tie-head, --seed 123] [--prompt-tokens T] [--decode N]\n"
-                 "                          [--rounds R] [--threads K] [--json]\n"
+                 "                          [--rounds R] [--dtype f32|bf16|f16] [--threads K] [--json]\n"
                  "       mha bench GPTModel --train-step [--batch 2] [--tokens 256] [--weights FILE |\n"
                  "                          --size, init GPTModel's options, --tie-head, --seed 123]\n"
                  "                          [--rounds 5] [--threads K] [--json]\n\n"
@@ -862,7 +929,10 @@ int mha_cli_bench_gpt(int argc, char **argv) {
                  "(threads as decoding's). --json ends with one line: prefill_tokens_per_s,\n"
                  "decode_tokens_per_s, decode_ms_per_token, stream_read_gbps (the best read),\n"
                  "stream_read_gbps_worst, read_mib (per token), weights_read_ms, decode_over_read,\n"
-                 "peak_rss_mib, threads, ...\n\n"
+                 "peak_rss_mib, threads, dtype, ...\n"
+                 "--dtype bf16|f16: the weight matrices held in 16 bits (FILE loaded as such; the seeded\n"
+                 "model drawn in F32 and converted, its F32 copy freed before the timing); the bound is\n"
+                 "then the 16-bit bytes a step reads.\n\n"
                  "--train-step times R training steps (after one warm-up) on random tokens: zero_grad, the\n"
                  "forward with a tape in training mode (the model's drop_rate), the mean cross-entropy, the\n"
                  "backward and AdamW (lr 4e-4, weight decay 0.1). The model: FILE, or GPT_CONFIG_124M drawn\n"
@@ -896,6 +966,8 @@ int mha_cli_bench_gpt(int argc, char **argv) {
             json = true;
         } else if (cli_parse_gpt_opt(&cfg, argc, argv, &i) || parse_size(&cfg, argc, argv, &i)) {
             cfg_opts = true; /* a cfg key of init GPTModel */
+        } else if (!strcmp(a, "--dtype")) {
+            dtype = cli_parse_dtype(a, v), i++;
         } else {
             cli_die("bench GPTModel: unknown option '%s' (see mha bench GPTModel --help)", a);
         }
@@ -903,7 +975,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     if (weights && (cfg_opts || tie))
         cli_die("bench GPTModel: the model options change the seeded model, not --weights FILE");
     const double t_load = now_s();
-    mha_gpt *m = bench_model(weights, &cfg, tie, seed);
+    mha_gpt *m = bench_model(weights, &cfg, tie, seed, dtype);
     const double load_s = now_s() - t_load;
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (T > c->context_length) cli_die("--prompt-tokens %lld exceeds context_length %lld", (long long)T, (long long)c->context_length);
@@ -943,7 +1015,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
                     (long long)r + 1, (long long)rounds, tp, td, td * 1e3 / (double)N, gbps_worst, gbps);
     }
     const double E = (double)c->emb_dim, L = (double)c->n_layers, C = (double)c->context_length;
-    const double weights_mib = (double)mha_params_scalars(mha_gpt_params(m)) * 4.0 / 1048576.0;
+    const double weights_mib = (double)mha_gpt_weights_bytes(m) / 1048576.0;
     const double kv_mib = L * C * 2.0 * E * 4.0 / 1048576.0;
     const double act_mib = (double)T * (10.0 * E) * 4.0 / 1048576.0 + C * E * 4.0 / 1048576.0 + (double)V * 4.0 / 1048576.0;
     const double read_mib = rs.bytes / 1048576.0, bound_ms = gbps > 0.0 ? rs.bytes / (gbps * 1e9) * 1e3 : 0.0;
@@ -957,9 +1029,9 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     printf("GPTModel(vocab %lld, context %lld, emb %lld, heads %lld, layers %lld%s%s), %.1fM parameters, %s\n",
            (long long)c->vocab_size, (long long)c->context_length, (long long)c->emb_dim, (long long)c->n_heads,
            (long long)c->n_layers, c->qkv_bias ? ", qkv_bias" : "", mha_gpt_head_tied(m) ? ", head tied" : "",
-           (double)mha_params_scalars(mha_gpt_params(m)) * 1e-6, weights ? weights : what);
-    printf("threads %d, kernels %s, projections %s; loaded in %.2f s\n", mha_runtime_threads(), mha_runtime_isa(),
-           mha_runtime_blas(), load_s);
+           (double)rs.params * 1e-6, weights ? weights : what);
+    printf("threads %d, kernels %s, projections %s, weights %s; loaded in %.2f s\n", mha_runtime_threads(),
+           mha_runtime_isa(), mha_runtime_blas(), cli_dtype_name(dtype), load_s);
     printf("prefill: %lld tokens in %.3f s = %.1f tokens/s (best of %lld)\n", (long long)T, best_prefill,
            (double)T / best_prefill, (long long)rounds);
     printf("decode: %lld tokens in %.3f s = %.2f tokens/s, %.2f ms/token (best of %lld)\n", (long long)N, best_decode,
@@ -973,13 +1045,13 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         printf("{\"prefill_tokens\":%lld,\"prefill_tokens_per_s\":%.3f,\"decode_tokens\":%lld,\"decode_tokens_per_s\":%.3f,"
                "\"decode_ms_per_token\":%.6f,\"peak_rss_mib\":%.1f,\"weights_mib\":%.1f,\"kv_cache_mib\":%.1f,"
                "\"threads\":%d,\"isa\":\"%s\",\"blas\":\"%s\",\"load_s\":%.3f,\"params\":%lld,\"emb_dim\":%lld,"
-               "\"n_layers\":%lld,\"tied\":%s,\"read_mib\":%.4f,\"stream_read_gbps\":%.2f,"
-               "\"stream_read_gbps_worst\":%.2f,\"weights_read_ms\":%.6f,\"decode_over_read\":%.4f}\n",
+               "\"n_layers\":%lld,\"tied\":%s,\"read_mib\":%.4f,\"stream_read_gbps\":%.4f,"
+               "\"stream_read_gbps_worst\":%.4f,\"weights_read_ms\":%.6f,\"decode_over_read\":%.4f,\"dtype\":\"%s\"}\n",
                (long long)T, (double)T / best_prefill, (long long)N, (double)N / best_decode, decode_ms, peak,
                weights_mib, kv_mib, mha_runtime_threads(), mha_runtime_isa(), mha_runtime_blas(), load_s,
-               (long long)mha_params_scalars(mha_gpt_params(m)), (long long)c->emb_dim, (long long)c->n_layers,
+               (long long)rs.params, (long long)c->emb_dim, (long long)c->n_layers,
                mha_gpt_head_tied(m) ? "true" : "false", read_mib, gbps, gbps_worst, bound_ms,
-               bound_ms > 0.0 ? decode_ms / bound_ms : 0.0);
+               bound_ms > 0.0 ? decode_ms / bound_ms : 0.0, cli_dtype_name(dtype));
     free(ids);
     free(logits);
     mha_gpt_free(m);

@@ -515,15 +515,19 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
     const char *weights = NULL, *in = NULL, *out = NULL;
     bool train = false, have_seed = false;
     uint64_t seed = 0;
+    mha_dtype dtype = MHA_DTYPE_F32;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (is_help(a) && !grad) {
-            puts("usage: mha run WEIGHTS -i INPUT -o OUTPUT [--train --seed S] [--threads N]\n\n"
+            puts("usage: mha run WEIGHTS -i INPUT -o OUTPUT [--train --seed S] [--dtype f32|bf16|f16]\n"
+                 "               [--threads N]\n\n"
                  "Runs the module saved in WEIGHTS (safetensors: state_dict names, configuration\n"
                  "in __metadata__, as written by mha init or from PyTorch) on tensor 'x' of INPUT\n"
                  "((b, T, d_in); (T, d_in) for SelfAttention_v1/v2) and writes tensor 'y' to\n"
                  "OUTPUT. Eval mode by default; --train --seed S applies dropout exactly as\n"
-                 "PyTorch does after torch.manual_seed(S) in training mode.");
+                 "PyTorch does after torch.manual_seed(S) in training mode. A GPTModel file: 'idx'\n"
+                 "in, 'logits' out; --dtype bf16 or f16 holds its weight matrices in 16 bits (see mha\n"
+                 "generate --help), f32 (the default) computes what PyTorch does.");
             return 0;
         }
         if (is_help(a)) {
@@ -555,6 +559,8 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
             seed = cli_parse_seed(a, v), have_seed = true, i++;
         } else if (strcmp(a, "--threads") == 0) {
             cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (strcmp(a, "--dtype") == 0 && !grad) {
+            dtype = cli_parse_dtype(a, v), i++;
         } else if (a[0] == '-') {
             cli_die("%s: unknown option '%s' (see mha %s --help)", cmd, a, cmd);
         } else if (!weights) {
@@ -575,9 +581,14 @@ static int cmd_run_or_grad(int argc, char **argv, bool grad) {
         cli_check(mha_st_open(weights, &wst), weights);
         if (cli_st_is_gpt(wst)) {
             const int rc = grad ? mha_cli_grad_gpt(wst, weights, in, out, train, seed)
-                                : mha_cli_run_gpt(wst, weights, in, out, train, seed);
+                                : mha_cli_run_gpt(wst, weights, in, out, train, seed, dtype);
             mha_st_free(wst);
             return rc;
+        }
+        if (dtype != MHA_DTYPE_F32) {
+            mha_st_free(wst);
+            cli_die("%s: --dtype %s applies to GPTModel and TransformerBlock files; modules run in f32", weights,
+                    cli_dtype_name(dtype));
         }
         const mha_status s = mha_module_from_st(wst, &m);
         mha_st_free(wst);
@@ -675,6 +686,7 @@ static void usage(FILE *f) {
             "  train    train an attention layer on a small task, with pictures of what it learned;\n"
             "           train GPTModel: chapter 5's pretraining on The Verdict, the book's log\n"
             "  generate continue a prompt with a GPTModel (the book's or Hugging Face GPT-2 weights)\n"
+            "  convert  a GPTModel's weights to bf16 or f16 (or back to f32), for 16-bit inference\n"
             "  tokenize GPT-2's tokenizer: text to token ids (--decode: ids to text)\n"
             "  bench    time a module's forward pass (--backward: a training step; GPTModel: prefill\n"
             "           and decode)\n"
@@ -713,7 +725,7 @@ static const struct {
 } commands[] = {
     {"demo", cmd_demo}, {"trace", cmd_trace}, {"init", cmd_init},         {"run", cmd_run},
     {"grad", cmd_grad}, {"train", mha_cli_train}, {"bench", cmd_bench}, {"version", cmd_version},
-    {"generate", mha_cli_generate}, {"tokenize", mha_cli_tokenize},
+    {"generate", mha_cli_generate}, {"tokenize", mha_cli_tokenize}, {"convert", mha_cli_convert},
 };
 
 static int (*find_command(const char *name))(int, char **) {

@@ -702,6 +702,12 @@ MHA_API mha_status mha_st_open(const char *path, mha_st **out);
  * F32, F64, F16 or BF16. ERR_DTYPE for other dtypes, ERR_IO when the file
  * cannot be read (or has shrunk). */
 MHA_API mha_status mha_st_read_f32(const mha_st *st, const mha_st_tensor *t, float *out, size_t n);
+/* Elements [first, first + n) of the tensor (flat, row-major) as float32,
+ * as mha_st_read_f32 reads them: a large tensor in pieces, with no buffer
+ * of its size (the 16-bit loaders narrow it piece by piece). ERR_ARGUMENT
+ * when the range is outside the tensor. */
+MHA_API mha_status mha_st_read_f32_part(const mha_st *st, const mha_st_tensor *t, size_t first, float *out,
+                                        size_t n);
 /* Converts a tensor of dtype F32, F64, F16 or BF16 to float32 (n == numel).
  * ERR_DTYPE for other dtypes; ERR_ARGUMENT when its data is not in memory
  * (mha_st_open: use mha_st_read_f32). */
@@ -865,6 +871,48 @@ MHA_API mha_status mha_gpt_save(const mha_gpt *m, const char *path);
  * qkv_bias 1, drop_rate from metadata or 0). F32, F16, BF16 or F64. */
 MHA_API mha_status mha_gpt_load(const char *path, mha_gpt **out);
 MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
+
+/* 16-bit weights for inference. mha_gpt_load_as(path, MHA_DTYPE_BF16 or
+ * MHA_DTYPE_F16, &m) loads as mha_gpt_load does, but holds every matrix
+ * (tok_emb, pos_emb, each block's W_query/W_key/W_value, out_proj,
+ * ff.layers.0 and .2, out_head) in 16 bits: read from a 16-bit file as it
+ * is, or from an F32 (F64) file rounded to nearest even (torch's
+ * .to(torch.bfloat16) / .half() bits), piece by piece, so that no F32 copy
+ * of the weights is ever held: about half the memory, and half the bytes
+ * each decoded token reads. Biases and LayerNorms stay F32; so do the
+ * activations, the KV cache and every sum: the GEMMs and GEMVs widen the
+ * weights (exactly) as they read them. A value beyond F16's 65504 is
+ * ERR_NONFINITE, named. MHA_DTYPE_F32 is mha_gpt_load. Such a model
+ * forwards, feeds its cache and generates; it records no tape
+ * (ERR_UNSUPPORTED), mha_gpt_params gives NULL (ERR_UNSUPPORTED: no F32
+ * parameter set to train) and mha_gpt_init refuses it. mha_gpt_save writes
+ * its matrices as BF16 / F16 tensors (the vectors F32), which
+ * mha_gpt_load_as reads back bit for bit and torch's load_state_dict takes.
+ * Accuracy: docs/numerics.md. */
+MHA_API mha_status mha_gpt_load_as(const char *path, mha_dtype dtype, mha_gpt **out);
+MHA_API mha_status mha_gpt_from_st_as(const mha_st *st, mha_dtype dtype, mha_gpt **out);
+/* A new model holding src's weights as dtype (rounded as above); src is
+ * unchanged (free it to get its memory back). */
+MHA_API mha_status mha_gpt_convert(const mha_gpt *src, mha_dtype dtype, mha_gpt **out);
+/* The matrices' dtype: MHA_DTYPE_F32, BF16 or F16. */
+MHA_API mha_dtype mha_gpt_weights_dtype(const mha_gpt *m);
+/* The bytes the weights occupy (matrices and vectors, a tied head once). */
+MHA_API size_t mha_gpt_weights_bytes(const mha_gpt *m);
+/* Every state_dict tensor as the model holds it, F32 or 16-bit (a tied
+ * out_head.weight: tok_emb's data), in state_dict order: for reading
+ * 16-bit weights, which no parameter set holds. data is the model's
+ * (valid until it is freed), numel elements of dtype, row-major. */
+typedef struct {
+    const char *name;
+    mha_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+    const void *data;
+} mha_gpt_weight;
+MHA_API size_t mha_gpt_weights_count(const mha_gpt *m);
+/* ERR_ARGUMENT when i >= the count. */
+MHA_API mha_status mha_gpt_weight_get(const mha_gpt *m, size_t i, mha_gpt_weight *out);
 
 /* Training a GPTModel or TransformerBlock: the forward that records a tape,
  * the backward that replays it into the gradients of mha_gpt_params, and

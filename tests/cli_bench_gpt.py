@@ -8,9 +8,10 @@
      best rate, decode_over_read = decode_ms_per_token / weights_read_ms;
   2. --tie-head: the head is tok_emb, read once per step (read_mib grows
      back by nothing: the head's V x E is counted either way);
-  3. --size medium (emb 1024, 16 heads) with options after it changing
+  3. --dtype bf16: read_mib the 16-bit matrices' and the F32 vectors' bytes;
+  4. --size medium (emb 1024, 16 heads) with options after it changing
      vocab, context and layers; `mha init GPTModel --size` writes that cfg;
-  4. bad options: exit 1, one line on stderr, nothing on stdout.
+  5. bad options: exit 1, one line on stderr, nothing on stdout.
 """
 import json
 import os
@@ -68,6 +69,12 @@ def main():
     check(abs(t["read_mib"] - j["read_mib"]) <= 1e-3, "--tie-head: the head still read once (read_mib %.2f)"
           % t["read_mib"])
 
+    h = bench(CFG + ["--dtype", "bf16"])
+    want16 = (2 * (L * 12 * E * E + V * E) + 4 * (L * 10 * E + 2 * E)) / MIB  # matrices in 16 bits, vectors F32
+    check(h["dtype"] == "bf16" and abs(h["read_mib"] - want16) <= 1e-3 + 1e-4 * want16,
+          "--dtype bf16: read_mib %.4f, the 16-bit bytes (%.4f)" % (h["read_mib"], want16))
+    check(h["params"] == P, "--dtype bf16: %d parameters" % h["params"])
+
     small = ["--vocab-size", "300", "--context-length", "32", "--n-layers", "1"]
     s = bench(["--size", "medium"] + small)
     check(s["emb_dim"] == 1024 and s["n_layers"] == 1, "--size medium then --n-layers 1: emb %d, layers %d"
@@ -88,6 +95,7 @@ def main():
             ["--frobnicate"],
             ["--weights", f, "--size", "medium"],
             ["--weights", f, "--tie-head"],
+            ["--dtype", "f8"],
             ["--weights", os.path.join(d, "missing.safetensors")],
         ]
         for args in bad:

@@ -34,7 +34,12 @@ mha__bias_gelu_kernel mha__bias_gelu_gen16;
 mha__residual_add_kernel mha__residual_add_gen16;
 mha__layernorm_backward_kernel mha__layernorm_backward_gen16;
 mha__gelu_backward_kernel mha__gelu_backward_gen16;
+
 /* gemv_gen16.c: gemv_body.h on the emulated AVX-512 layer. */
 mha__gemv_kernel mha__gemv_gen16;
+mha__gemv_bf16_kernel mha__gemv_bf16_gen16;
+mha__gemv_f16_kernel mha__gemv_f16_gen16;
+mha__widen_bf16_kernel mha__widen_bf16_gen16;
+mha__widen_f16_kernel mha__widen_f16_gen16;
 
 #endif

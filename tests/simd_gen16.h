@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/half.h"
+
 /* 64-byte vectors are passed and returned by value only between these
  * always-inline functions, never across an ABI boundary: GCC's note that
  * their ABI differs without -mavx512f does not apply. */
@@ -36,6 +38,17 @@ VINL vf vf_load(const float *p) { return *(const vf *)(const void *)p; }
 VINL vf vf_loadu(const float *p) {
     vf x;
     memcpy(&x, p, sizeof x);
+    return x;
+}
+/* vpmovzxwd + vpslld 16, and vcvtph2ps: exact, lane for lane */
+VINL vf vf_load_bf16(const uint16_t *p) {
+    vf x;
+    for (int i = 0; i < VW; i++) x[i] = mha__bf16_to_f32(p[i]);
+    return x;
+}
+VINL vf vf_load_f16(const uint16_t *p) {
+    vf x;
+    for (int i = 0; i < VW; i++) x[i] = mha__f16_to_f32(p[i]);
     return x;
 }
 VINL void vf_store(float *p, vf x) { *(vf *)(void *)p = x; }

@@ -216,6 +216,7 @@ static void tour_module(void) {
     OK(mha_st_open(tmp(0, "m.safetensors"), &so));
     OK(mha_st_find(so, "W_query.weight", &t));
     OK(mha_st_read_f32(so, &t, buf, t.numel));
+    OK(mha_st_read_f32_part(so, &t, 1, buf, 2));
     const int64_t shape[2] = {2, 3};
     const mha_st_entry e = {"x", MHA_DTYPE_F32, 2, shape, x};
     const char *const meta[2] = {"k", "v"};
@@ -283,6 +284,26 @@ static void tour_gpt(void) {
     OK(mha_gpt_save(m, tmp(0, "gpt.safetensors")));
     OK(mha_gpt_load(tmp(0, "gpt.safetensors"), &l));
     mha_gpt_free(l);
+
+    /* 16-bit weights: load, convert, save, read back, forward */
+    OK(mha_gpt_load_as(tmp(0, "gpt.safetensors"), MHA_DTYPE_BF16, &l));
+    CHECK(mha_gpt_weights_dtype(l) == MHA_DTYPE_BF16, "bf16 model");
+    CHECK(mha_gpt_weights_bytes(l) < mha_gpt_weights_bytes(m), "bf16 bytes");
+    mha_gpt_weight w;
+    OK(mha_gpt_weight_get(l, 0, &w));
+    CHECK(mha_gpt_weights_count(l) > 1 && w.dtype == MHA_DTYPE_BF16 && !strcmp(w.name, "tok_emb.weight"), "weight 0");
+    OK(mha_gpt_forward(l, logits, ids, 2, 3, 0, NULL));
+    OK(mha_gpt_save(l, tmp(0, "gpt16.safetensors")));
+    mha_gpt_free(l);
+    OK(mha_gpt_convert(m, MHA_DTYPE_F16, &l));
+    mha_gpt_free(l);
+    {
+        mha_st *s16 = NULL;
+        OK(mha_st_open(tmp(0, "gpt16.safetensors"), &s16));
+        OK(mha_gpt_from_st_as(s16, MHA_DTYPE_BF16, &l));
+        mha_st_free(s16);
+        mha_gpt_free(l);
+    }
 
     /* training: taped forwards, backward, cross-entropy, optimizers */
     mha_gpt_tape *tape = NULL;

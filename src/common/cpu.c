@@ -12,7 +12,8 @@ static void detect(void) {
     __builtin_cpu_init();
     /* __builtin_cpu_supports also checks that the OS saves the ymm / zmm
      * and opmask state (XGETBV). */
-    features.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    features.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c"); /* every AVX2 CPU has it: the F16 weights' loads */
     features.avx512 = features.avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vl");

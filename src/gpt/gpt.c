@@ -78,14 +78,21 @@ void mha_gpt_config_init(mha_gpt_config *c, mha_gpt_kind kind) {
 
 static bool is_model(const mha_gpt_config *c) { return c->kind == MHA_GPT_MODEL; }
 
-/* Parameter floats, or 0 on overflow. */
-static size_t gpt_floats(const mha_gpt_config *c, bool tied) {
+/* Parameter scalars, or 0 on overflow: the matrices' (which_matrices) or
+ * the vectors'. */
+static size_t gpt_scalars(const mha_gpt_config *c, bool tied, bool which_matrices) {
     const double E = (double)c->emb_dim, V = (double)c->vocab_size, C = (double)c->context_length;
-    double per = 3 * E * E + (c->qkv_bias ? 3 * E : 0) + E * E + E + 8 * E * E + 5 * E + 4 * E;
-    double n = per * (double)c->n_layers;
-    if (is_model(c)) n += V * E + C * E + 2 * E + (tied ? 0 : V * E);
+    const double mats = 12 * E * E, vecs = (c->qkv_bias ? 3 * E : 0) + E + 5 * E + 4 * E;
+    double n = (which_matrices ? mats : vecs) * (double)c->n_layers;
+    if (is_model(c)) n += which_matrices ? V * E + C * E + (tied ? 0 : V * E) : 2 * E;
     if (n > 4e12) return 0;
     return (size_t)n;
+}
+
+/* Parameter floats (an F32 model's), or 0 on overflow. */
+static size_t gpt_floats(const mha_gpt_config *c, bool tied) {
+    const size_t m = gpt_scalars(c, tied, true), v = gpt_scalars(c, tied, false);
+    return m && v ? m + v : 0;
 }
 
 mha_status mha_gpt_config_validate(const mha_gpt_config *c) {
@@ -116,68 +123,117 @@ mha_status mha_gpt_config_validate(const mha_gpt_config *c) {
 
 /* ---- parameters --------------------------------------------------------- */
 
-/* Carves the arena in state_dict order and names the parameters. */
+/* Where build() carves from: the F32 arena, and the 16-bit one. */
+typedef struct {
+    mha_gpt *m;
+    float *at;
+    uint16_t *ht;
+} builder;
+
+/* The next n-scalar matrix: from the 16-bit arena in a 16-bit model (*f
+ * NULL), else from the F32 arena; its view for the forward (row length ld)
+ * in *w. */
+static void carve_matrix(builder *b, int64_t n, int64_t ld, float **f, mha__wmat *w) {
+    if (b->m->wdtype != MHA_DTYPE_F32) {
+        *f = NULL;
+        *w = (mha__wmat){b->ht, ld, b->m->wdtype};
+        b->ht += n;
+    } else {
+        *f = b->at;
+        *w = (mha__wmat){b->at, ld, MHA_DTYPE_F32};
+        b->at += n;
+    }
+}
+
+static float *carve_vector(builder *b, int64_t n) {
+    float *f = b->at;
+    b->at += n;
+    return f;
+}
+
+/* Names the next state_dict tensor, prefix + name, of shape (s0) or (s0,
+ * s1), held at f (F32: also a parameter of the set) or else at h (16-bit). */
+static void name_tensor(mha_gpt *m, const char *pre, const char *name, int ndim, int64_t s0, int64_t s1, float *f,
+                        const void *h) {
+    mha__gpt_tensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s%s", pre, name);
+    t->ndim = ndim, t->s0 = s0, t->s1 = ndim == 2 ? s1 : 0;
+    t->f = f;
+    t->h = f ? NULL : (uint16_t *)h;
+    if (f) mha__params_add(&m->params, pre, name, f, ndim, s0, s1);
+}
+
+/* Carves the arenas and names the tensors in state_dict order. */
 static void build(mha_gpt *m) {
     const int64_t E = m->E, V = m->V, C = m->C;
-    mha_params *ps = &m->params;
-    float *at = ps->arena;
+    const size_t h = m->wdtype == MHA_DTYPE_F32 ? 4 : 2; /* a matrix element's bytes */
+    builder bd = {m, m->params.arena, m->w16};
+    mha__wmat tok = {0}, pos;
     if (is_model(&m->cfg)) {
-        m->tok_emb = at, at += V * E;
-        m->pos_emb = at, at += C * E;
-        mha__params_add(ps, "", "tok_emb.weight", m->tok_emb, 2, V, E);
-        mha__params_add(ps, "", "pos_emb.weight", m->pos_emb, 2, C, E);
+        carve_matrix(&bd, V * E, E, &m->tok_emb, &tok);
+        carve_matrix(&bd, C * E, E, &m->pos_emb, &pos);
+        m->tok16 = m->tok_emb ? NULL : tok.p;
+        m->pos16 = m->pos_emb ? NULL : pos.p;
+        name_tensor(m, "", "tok_emb.weight", 2, V, E, m->tok_emb, tok.p);
+        name_tensor(m, "", "pos_emb.weight", 2, C, E, m->pos_emb, pos.p);
     }
     static const char *const role[3] = {"W_query", "W_key", "W_value"};
     for (int64_t l = 0; l < m->L; l++) {
         mha__gpt_block *b = &m->blocks[l];
         char pre[48] = "", name[64];
         if (is_model(&m->cfg)) snprintf(pre, sizeof pre, "trf_blocks.%lld.", (long long)l);
-        b->w_qkv = at, at += 3 * E * E;
-        if (m->cfg.qkv_bias) b->b_qkv = at, at += 3 * E;
+        /* W_query, W_key, W_value: one (3E, E) matrix, their biases one (3E) vector */
+        carve_matrix(&bd, 3 * E * E, E, &b->w_qkv, &b->qkv);
+        if (m->cfg.qkv_bias) b->b_qkv = carve_vector(&bd, 3 * E);
         for (int r = 0; r < 3; r++) {
+            const char *wr = (const char *)b->qkv.p + (size_t)(r * E * E) * h;
             snprintf(name, sizeof name, "att.%s.weight", role[r]);
-            mha__params_add(ps, pre, name, b->w_qkv + r * E * E, 2, E, E);
+            name_tensor(m, pre, name, 2, E, E, b->w_qkv ? b->w_qkv + r * E * E : NULL, wr);
             if (b->b_qkv) {
                 snprintf(name, sizeof name, "att.%s.bias", role[r]);
-                mha__params_add(ps, pre, name, b->b_qkv + r * E, 1, E, 0);
+                name_tensor(m, pre, name, 1, E, 0, b->b_qkv + r * E, NULL);
             }
         }
-        b->w_out = at, at += E * E;
-        b->b_out = at, at += E;
-        mha__params_add(ps, pre, "att.out_proj.weight", b->w_out, 2, E, E);
-        mha__params_add(ps, pre, "att.out_proj.bias", b->b_out, 1, E, 0);
-        b->w1 = at, at += 4 * E * E;
-        b->b1 = at, at += 4 * E;
-        b->w2 = at, at += 4 * E * E;
-        b->b2 = at, at += E;
-        mha__params_add(ps, pre, "ff.layers.0.weight", b->w1, 2, 4 * E, E);
-        mha__params_add(ps, pre, "ff.layers.0.bias", b->b1, 1, 4 * E, 0);
-        mha__params_add(ps, pre, "ff.layers.2.weight", b->w2, 2, E, 4 * E);
-        mha__params_add(ps, pre, "ff.layers.2.bias", b->b2, 1, E, 0);
-        b->ln1_s = at, at += E;
-        b->ln1_b = at, at += E;
-        b->ln2_s = at, at += E;
-        b->ln2_b = at, at += E;
-        mha__params_add(ps, pre, "norm1.scale", b->ln1_s, 1, E, 0);
-        mha__params_add(ps, pre, "norm1.shift", b->ln1_b, 1, E, 0);
-        mha__params_add(ps, pre, "norm2.scale", b->ln2_s, 1, E, 0);
-        mha__params_add(ps, pre, "norm2.shift", b->ln2_b, 1, E, 0);
+        carve_matrix(&bd, E * E, E, &b->w_out, &b->out);
+        b->b_out = carve_vector(&bd, E);
+        name_tensor(m, pre, "att.out_proj.weight", 2, E, E, b->w_out, b->out.p);
+        name_tensor(m, pre, "att.out_proj.bias", 1, E, 0, b->b_out, NULL);
+        carve_matrix(&bd, 4 * E * E, E, &b->w1, &b->ff1);
+        b->b1 = carve_vector(&bd, 4 * E);
+        carve_matrix(&bd, 4 * E * E, 4 * E, &b->w2, &b->ff2);
+        b->b2 = carve_vector(&bd, E);
+        name_tensor(m, pre, "ff.layers.0.weight", 2, 4 * E, E, b->w1, b->ff1.p);
+        name_tensor(m, pre, "ff.layers.0.bias", 1, 4 * E, 0, b->b1, NULL);
+        name_tensor(m, pre, "ff.layers.2.weight", 2, E, 4 * E, b->w2, b->ff2.p);
+        name_tensor(m, pre, "ff.layers.2.bias", 1, E, 0, b->b2, NULL);
+        b->ln1_s = carve_vector(&bd, E);
+        b->ln1_b = carve_vector(&bd, E);
+        b->ln2_s = carve_vector(&bd, E);
+        b->ln2_b = carve_vector(&bd, E);
+        name_tensor(m, pre, "norm1.scale", 1, E, 0, b->ln1_s, NULL);
+        name_tensor(m, pre, "norm1.shift", 1, E, 0, b->ln1_b, NULL);
+        name_tensor(m, pre, "norm2.scale", 1, E, 0, b->ln2_s, NULL);
+        name_tensor(m, pre, "norm2.shift", 1, E, 0, b->ln2_b, NULL);
     }
     if (is_model(&m->cfg)) {
-        m->lnf_s = at, at += E;
-        m->lnf_b = at, at += E;
-        mha__params_add(ps, "", "final_norm.scale", m->lnf_s, 1, E, 0);
-        mha__params_add(ps, "", "final_norm.shift", m->lnf_b, 1, E, 0);
+        m->lnf_s = carve_vector(&bd, E);
+        m->lnf_b = carve_vector(&bd, E);
+        name_tensor(m, "", "final_norm.scale", 1, E, 0, m->lnf_s, NULL);
+        name_tensor(m, "", "final_norm.shift", 1, E, 0, m->lnf_b, NULL);
         if (m->tied) {
             m->head = m->tok_emb; /* listed, saved, but stepped and counted once */
-            mha__params_add_alias(ps, "out_head.weight", 0);
+            m->head_w = tok;
+            mha__gpt_tensor *t = &m->tensors[m->n_tensors++];
+            *t = m->tensors[0];
+            snprintf(t->name, sizeof t->name, "out_head.weight");
+            t->alias = true;
+            if (m->tok_emb) mha__params_add_alias(&m->params, "out_head.weight", 0);
         } else {
-            m->head = at, at += V * E;
-            mha__params_add(ps, "", "out_head.weight", m->head, 2, V, E);
+            carve_matrix(&bd, V * E, E, &m->head, &m->head_w);
+            name_tensor(m, "", "out_head.weight", 2, V, E, m->head, m->head_w.p);
         }
     }
 }
-
 static void ones_for_norms(mha_gpt *m) {
     for (int64_t l = 0; l < m->L; l++)
         for (int64_t i = 0; i < m->E; i++) m->blocks[l].ln1_s[i] = m->blocks[l].ln2_s[i] = 1.0f;
@@ -185,11 +241,14 @@ static void ones_for_norms(mha_gpt *m) {
         for (int64_t i = 0; i < m->E; i++) m->lnf_s[i] = 1.0f;
 }
 
-mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) {
+mha_status mha__gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype dtype, mha_gpt **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
     *out = NULL;
     mha_status st = mha_gpt_config_validate(c);
     if (st != MHA_OK) return st;
+    if (dtype != MHA_DTYPE_F32 && dtype != MHA_DTYPE_BF16 && dtype != MHA_DTYPE_F16)
+        return mha__fail(MHA_ERR_DTYPE, "a model's weights are f32, bf16 or f16, not %s",
+                         mha_dtype_name(dtype) ? mha_dtype_name(dtype) : "that dtype");
     mha_gpt *m = mha__calloc(sizeof *m);
     if (!m) return mha__nomem("out of memory creating a model");
     m->cfg = *c;
@@ -201,22 +260,41 @@ mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) 
     m->V = m->cfg.vocab_size;
     m->C = c->context_length;
     m->tied = is_model(c) && tie_head;
+    m->wdtype = dtype;
+    const bool half = dtype != MHA_DTYPE_F32;
+    const size_t n_tensors = (size_t)(m->L * 20 + 8);
     m->blocks = mha__calloc_n((size_t)m->L, sizeof *m->blocks);
-    st = m->blocks ? mha__params_init(&m->params, gpt_kind_names[c->kind], gpt_floats(&m->cfg, m->tied),
-                                      (size_t)(m->L * 20 + 8))
-                   : mha__nomem("out of memory creating a model of %lld blocks", (long long)m->L);
+    m->tensors = mha__calloc_n(n_tensors, sizeof *m->tensors);
+    st = m->blocks && m->tensors ? MHA_OK
+                                 : mha__nomem("out of memory creating a model of %lld blocks", (long long)m->L);
+    if (st == MHA_OK && half) {
+        m->w16_count = gpt_scalars(&m->cfg, m->tied, true);
+        m->w16 = mha__alloc_n(m->w16_count, sizeof(uint16_t));
+        if (!m->w16) st = mha__nomem("out of memory for %zu MiB of %s weights", m->w16_count * 2 >> 20, mha_dtype_name(dtype));
+    }
+    if (st == MHA_OK)
+        st = mha__params_init(&m->params, gpt_kind_names[c->kind],
+                              half ? gpt_scalars(&m->cfg, m->tied, false) : gpt_floats(&m->cfg, m->tied), n_tensors);
     if (st != MHA_OK) {
         mha_gpt_free(m);
         return st;
     }
     build(m);
     ones_for_norms(m);
+    if (half) memset(m->w16, 0, m->w16_count * sizeof(uint16_t)); /* as the F32 arena: zeros */
     *out = m;
     return MHA_OK;
 }
 
+mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) {
+    return mha__gpt_create_as(c, tie_head, MHA_DTYPE_F32, out);
+}
+
 mha_status mha_gpt_init(mha_gpt *m, mha_generator *g) {
     if (!m || !g) return mha__fail(MHA_ERR_ARGUMENT, "model or generator is NULL");
+    if (m->wdtype != MHA_DTYPE_F32)
+        return mha__fail(MHA_ERR_UNSUPPORTED, "a %s model is for inference: draw an f32 one and convert it",
+                         mha_dtype_name(m->wdtype));
     const int64_t E = m->E;
     mha_status st = MHA_OK;
     if (is_model(&m->cfg)) {
@@ -260,6 +338,8 @@ mha_status mha_gpt_create_seeded(const mha_gpt_config *c, uint64_t seed, mha_gpt
 void mha_gpt_free(mha_gpt *m) {
     if (!m) return;
     mha__params_free(&m->params);
+    mha__free(m->w16);
+    mha__free(m->tensors);
     mha__free(m->blocks);
     mha__free(m->ws);
     mha__free(m->kv);
@@ -269,7 +349,33 @@ void mha_gpt_free(mha_gpt *m) {
 
 const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m) { return m ? &m->cfg : NULL; }
 int mha_gpt_head_tied(const mha_gpt *m) { return m && m->tied; }
-mha_params *mha_gpt_params(mha_gpt *m) { return m ? &m->params : NULL; }
+mha_params *mha_gpt_params(mha_gpt *m) {
+    if (m && m->wdtype != MHA_DTYPE_F32) {
+        mha__fail(MHA_ERR_UNSUPPORTED, "a %s model's weights are not a parameter set (load it as f32 to train)",
+                  mha_dtype_name(m->wdtype));
+        return NULL;
+    }
+    return m ? &m->params : NULL;
+}
+
+mha_dtype mha_gpt_weights_dtype(const mha_gpt *m) { return m ? m->wdtype : MHA_DTYPE_F32; }
+
+size_t mha_gpt_weights_bytes(const mha_gpt *m) {
+    if (!m) return 0;
+    return m->params.floats * sizeof(float) + m->w16_count * sizeof(uint16_t);
+}
+
+size_t mha_gpt_weights_count(const mha_gpt *m) { return m ? m->n_tensors : 0; }
+
+mha_status mha_gpt_weight_get(const mha_gpt *m, size_t i, mha_gpt_weight *out) {
+    if (!m || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_weight_get: NULL argument");
+    if (i >= m->n_tensors)
+        return mha__fail(MHA_ERR_ARGUMENT, "weight %zu of a model of %zu tensors", i, m->n_tensors);
+    const mha__gpt_tensor *t = &m->tensors[i];
+    *out = (mha_gpt_weight){t->name, t->f ? MHA_DTYPE_F32 : m->wdtype, t->ndim, {t->s0, t->s1},
+                            (size_t)t->s0 * (size_t)(t->s1 ? t->s1 : 1), t->f ? (const void *)t->f : (const void *)t->h};
+    return MHA_OK;
+}
 
 /* ---- forward ------------------------------------------------------------ */
 
@@ -332,7 +438,7 @@ typedef struct {
  * after the branch's Linear: nothing draws in between) as the GEMM's
  * epilogue, on each tile while it is in cache. dst == src: in place. */
 static mha_status residual_linear(const mha_gpt *m, const pass *p, float *dst, const float *src, int64_t rows,
-                                  int64_t K, const float *A, int64_t lda, const float *W, const float *bias,
+                                  int64_t K, const float *A, int64_t lda, const mha__wmat *W, const float *bias,
                                   uint64_t *keep) {
     const int64_t E = m->E;
     if (dst != src) memcpy(dst, src, (size_t)(rows * E) * sizeof(float));
@@ -342,7 +448,7 @@ static mha_status residual_linear(const mha_gpt *m, const pass *p, float *dst, c
         mha__generator_keep_bits(p->g, keep, (size_t)(rows * E), pd);
         e.keep = (mha__keep_view){.bits = keep, .bit0 = 0, .ld = E, .scale = mha__dropout_scale(pd)};
     }
-    return mha__sgemm_epilogue(rows, E, K, A, lda, W, K, p->ctx, E, &e);
+    return mha__linear_w(rows, E, K, A, lda, W, NULL, p->ctx, E, &e);
 }
 
 /* Block l from a->x to y (y == a->x without a tape):
@@ -357,8 +463,7 @@ static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, f
     const mha__gpt_block *b = &m->blocks[l];
     const int64_t E = m->E, n = p->T - p->t0, rows = p->B * n;
     mha__layernorm_rows(a->h1, a->x, b->ln1_s, b->ln1_b, rows, E);
-    if ((st = mha__sgemm_bias(false, true, rows, 3 * E, E, a->h1, E, b->w_qkv, E, b->b_qkv, a->qkv, 3 * E)) != MHA_OK)
-        return st;
+    if ((st = mha__linear_w(rows, 3 * E, E, a->h1, E, &b->qkv, b->b_qkv, a->qkv, 3 * E, NULL)) != MHA_OK) return st;
     mha__attention_desc d;
     mha__gpt_attention_desc(m, &d, p->B, p->T, p->drop, p->g);
     if (p->cache) {
@@ -386,12 +491,12 @@ static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, f
     }
     if ((st = mha__attention_forward(&d, p->att_ws, p->att_ws_size)) != MHA_OK) return st;
     const float *ctx = p->cache ? m->kq + p->t0 * E : d.o;
-    if ((st = residual_linear(m, p, a->x1, a->x, rows, E, ctx, d.ldo, b->w_out, b->b_out, a->kb1)) != MHA_OK)
+    if ((st = residual_linear(m, p, a->x1, a->x, rows, E, ctx, d.ldo, &b->out, b->b_out, a->kb1)) != MHA_OK)
         return st;
     mha__layernorm_rows(a->h2, a->x1, b->ln2_s, b->ln2_b, rows, E);
     const mha__gemm_epilogue gelu = {.kind = MHA_EPI_GELU, .bias = b->b1, .x = a->f, .ldx = 4 * E};
-    if ((st = mha__sgemm_epilogue(rows, 4 * E, E, a->h2, E, b->w1, E, a->g, 4 * E, &gelu)) != MHA_OK) return st;
-    return residual_linear(m, p, y, a->x1, rows, 4 * E, a->g, 4 * E, b->w2, b->b2, a->kb2);
+    if ((st = mha__linear_w(rows, 4 * E, E, a->h2, E, &b->ff1, NULL, a->g, 4 * E, &gelu)) != MHA_OK) return st;
+    return residual_linear(m, p, y, a->x1, rows, 4 * E, a->g, 4 * E, &b->ff2, b->b2, a->kb2);
 }
 
 /* x (rows, E) = tok_emb[ids] + pos_emb[t0 + r % n], then drop_emb (its
@@ -399,9 +504,20 @@ static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, f
 static void embed(const mha_gpt *m, const pass *p, float *x, const int32_t *ids, int64_t rows, int64_t n,
                   uint64_t *keep) {
     const int64_t E = m->E;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t e = 0; e < E; e++)
-            x[r * E + e] = m->tok_emb[(int64_t)ids[r] * E + e] + m->pos_emb[(p->t0 + r % n) * E + e];
+    if (m->wdtype != MHA_DTYPE_F32) { /* 16-bit: each row widened (exactly), then the same sum */
+        const mha__kernels *k = mha__kernels_active();
+        const mha__widen_bf16_fn widen = m->wdtype == MHA_DTYPE_BF16 ? k->widen_bf16 : k->widen_f16;
+        for (int64_t r = 0; r < rows; r++) {
+            float *xr = x + r * E, *pr = x + rows * E; /* the scratch row after x (plan_scratch) */
+            widen(xr, m->tok16 + (int64_t)ids[r] * E, (size_t)E);
+            widen(pr, m->pos16 + (p->t0 + r % n) * E, (size_t)E);
+            for (int64_t e = 0; e < E; e++) xr[e] += pr[e];
+        }
+    } else {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t e = 0; e < E; e++)
+                x[r * E + e] = m->tok_emb[(int64_t)ids[r] * E + e] + m->pos_emb[(p->t0 + r % n) * E + e];
+    }
     if (p->drop) {
         mha__generator_keep_bits(p->g, keep, (size_t)(rows * E), m->cfg.drop_rate);
         mha__dropout_apply_n(x, x, keep, (size_t)(rows * E), mha__dropout_scale(m->cfg.drop_rate));
@@ -411,7 +527,7 @@ static void embed(const mha_gpt *m, const pass *p, float *x, const int32_t *ids,
 /* The head on `rows` rows of x (after final_norm into h): logits (rows, V). */
 static mha_status head_forward(mha_gpt *m, float *logits, float *h, const float *x, int64_t rows) {
     mha__layernorm_rows(h, x, m->lnf_s, m->lnf_b, rows, m->E);
-    return mha__sgemm(false, true, rows, m->V, m->E, 1.0f, h, m->E, m->head, m->E, 0.0f, logits, m->V);
+    return mha__linear_w(rows, m->V, m->E, h, m->E, &m->head_w, NULL, logits, m->V, NULL);
 }
 
 /* ---- the tape's layout ------------------------------------------------------ */
@@ -575,6 +691,13 @@ static mha_status run_blocks(mha_gpt *m, const pass *p, mha_gpt_tape *t, mha__gp
     return MHA_OK;
 }
 
+/* A tape is for a backward, which needs F32 weights. */
+static mha_status trainable(const mha_gpt *m) {
+    if (m->wdtype == MHA_DTYPE_F32) return MHA_OK;
+    return mha__fail(MHA_ERR_UNSUPPORTED, "a %s model is for inference: load it as f32 to record a tape and train",
+                     mha_dtype_name(m->wdtype));
+}
+
 /* A GPTModel forward over idx (B, T), the logits of every row or (last_only)
  * of each sequence's last; with a tape, everything the backward needs is
  * kept in it (logits NULL allowed: then only the tape's). */
@@ -587,6 +710,7 @@ static mha_status model_forward(mha_gpt *m, float *logits, const int32_t *idx, i
     if (!is_model(&m->cfg)) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock takes x, not token ids");
     mha_status st = mha__gpt_check_tokens(m, B, T);
     if (st == MHA_OK) st = check_ids(m, idx, B * T);
+    if (st == MHA_OK && t) st = trainable(m);
     if (st != MHA_OK) return st;
     const int64_t E = m->E, rows = B * T;
     pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0};
@@ -599,7 +723,7 @@ static mha_status model_forward(mha_gpt *m, float *logits, const int32_t *idx, i
         p.ctx = t->t0, p.att_ws = t->att_ws, p.att_ws_size = t->att_ws_size;
         x = t->blk[0].x, kb = t->kb_emb, h = t->hf;
     } else {
-        if ((st = plan_scratch(m, &p, &a, (size_t)(rows * E), &x)) != MHA_OK) return st;
+        if ((st = plan_scratch(m, &p, &a, (size_t)((rows + 1) * E), &x)) != MHA_OK) return st; /* + embed's row */
         kb = a.kb1, h = a.h1;
     }
     embed(m, &p, x, idx, rows, T, kb);
@@ -627,6 +751,7 @@ static mha_status blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B
     mha_status st = mha__gpt_check_tokens(m, B, T);
     const int64_t n = B * T * m->E;
     if (st == MHA_OK) st = mha__gpt_check_finite(x, n, "input x");
+    if (st == MHA_OK && t) st = trainable(m);
     if (st != MHA_OK) return st;
     pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0};
     mha__gpt_acts a;
@@ -708,7 +833,7 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
     pass p = {.B = 1, .T = t0 + n, .t0 = t0, .cache = true};
     mha__gpt_acts a;
     float *x;
-    if ((st = plan_scratch(m, &p, &a, (size_t)(n * E), &x)) != MHA_OK) return st;
+    if ((st = plan_scratch(m, &p, &a, (size_t)((n + 1) * E), &x)) != MHA_OK) return st; /* + embed's row */
     embed(m, &p, x, ids, n, n, NULL);
     if ((st = run_blocks(m, &p, NULL, &a, x)) != MHA_OK) return st;
     if ((st = head_forward(m, logits, a.h1, x + (n - 1) * E, 1)) != MHA_OK) return st;

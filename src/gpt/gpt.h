@@ -7,6 +7,7 @@
 #include "mha.h"
 
 #include "attention/attention.h"
+#include "kernels/drivers.h"
 #include "params/params.h"
 
 #include <stdbool.h>
@@ -21,7 +22,22 @@ typedef struct {
     float *w2, *b2;       /* ff.layers.2 (E, 4E), (E) */
     float *ln1_s, *ln1_b; /* norm1.scale, norm1.shift (E) */
     float *ln2_s, *ln2_b; /* norm2 */
+    /* the four matrices as the forward reads them: the F32 ones above, or
+     * (a 16-bit model, whose float pointers above are then NULL) their
+     * bfloat16 / F16 copies */
+    mha__wmat qkv, out, ff1, ff2;
 } mha__gpt_block;
+
+/* One state_dict tensor wherever the model holds it: what the 16-bit
+ * loader and saver walk (an F32 model's are its parameters). */
+typedef struct {
+    char name[MHA_PARAM_NAME_MAX + 1];
+    int ndim;
+    int64_t s0, s1;   /* s1 0 for a vector */
+    float *f;         /* F32 data, or NULL */
+    uint16_t *h;      /* 16-bit data (the model's wdtype), or NULL */
+    bool alias;       /* the tied out_head.weight: tok_emb's data */
+} mha__gpt_tensor;
 
 struct mha_gpt {
     mha_gpt_config cfg;
@@ -32,6 +48,17 @@ struct mha_gpt {
     float *lnf_s, *lnf_b;       /* final_norm */
     float *head;                /* out_head.weight (V, E), or tok_emb when tied */
     bool tied;
+    /* Inference in 16 bits (mha_gpt_load_as): every matrix (the embeddings,
+     * the blocks' four, the head) bfloat16 or F16 in w16, the vectors
+     * (biases, LayerNorms) F32 in params; the float pointers of the
+     * matrices NULL. The forward reads the matrices through these: */
+    mha_dtype wdtype;           /* MHA_DTYPE_F32, BF16 or F16 */
+    uint16_t *w16;              /* the 16-bit matrices, state_dict order */
+    size_t w16_count;
+    const uint16_t *tok16, *pos16; /* 16-bit tok_emb, pos_emb */
+    mha__wmat head_w;           /* out_head (tok_emb's when tied) */
+    mha__gpt_tensor *tensors;   /* every state_dict tensor, in order */
+    size_t n_tensors;
     /* run-time state */
     void *ws;                   /* activations, grown on demand */
     size_t ws_size;
@@ -87,6 +114,10 @@ struct mha_gpt_tape {
  * in the backward). The buffers are the caller's to set. */
 void mha__gpt_attention_desc(const mha_gpt *m, mha__attention_desc *d, int64_t B, int64_t T, bool drop,
                              mha_generator *gen);
+
+/* mha_gpt_create with the matrices held as dtype (F32, or BF16 / F16 for
+ * inference: mha_gpt_load_as), every element zero (LayerNorm scales one). */
+mha_status mha__gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype dtype, mha_gpt **out);
 
 /* The checks every entry makes: B and T positive, T within the context,
  * B * T bounded. */

@@ -5,6 +5,7 @@
 
 #include "common/common.h"
 #include "generator/generator.h"
+#include "kernels/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,21 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
                           "emb_dim", v[2], "n_heads", v[3], "n_layers", v[4], "drop_rate", v[5],
                           "qkv_bias", v[6], "tie_head", "true"};
     const size_t n_meta = sizeof meta / sizeof meta[0] / 2 - (m->tied ? 0 : 1);
+    if (m->wdtype != MHA_DTYPE_F32) { /* a 16-bit model: its matrices as they are held */
+        mha_st_entry *e = mha__calloc_n(m->n_tensors, sizeof *e);
+        int64_t(*shape)[2] = mha__calloc_n(m->n_tensors, sizeof *shape);
+        mha_status s = e && shape ? MHA_OK : mha__nomem("out of memory saving %zu tensors", m->n_tensors);
+        for (size_t i = 0; s == MHA_OK && i < m->n_tensors; i++) {
+            const mha__gpt_tensor *t = &m->tensors[i];
+            shape[i][0] = t->s0, shape[i][1] = t->s1;
+            e[i] = (mha_st_entry){t->name, t->f ? MHA_DTYPE_F32 : m->wdtype, t->ndim, shape[i],
+                                  t->f ? (const void *)t->f : (const void *)t->h};
+        }
+        if (s == MHA_OK) s = mha_st_write_file(path, e, m->n_tensors, meta, n_meta);
+        mha__free(e);
+        mha__free(shape);
+        return s;
+    }
     float *const base[1] = {m->params.arena};
     const mha__param_views views = {1, no_prefix, base, true};
     return mha__params_save(&m->params, &views, NULL, 0, meta, n_meta, path);
@@ -40,36 +56,96 @@ mha_status mha_gpt_save(const mha_gpt *m, const char *path) {
 
 /* ---- load: shared ------------------------------------------------------- */
 
-/* Converts t (shape rows x cols, or cols when rows == 0) into dst, or
- * transposed ((cols, rows) into dst (rows... ) when transpose. Checks the
- * shape and finiteness; the detail names the tensor. */
-static mha_status take(const mha_st *st, const mha_st_tensor *t, float *dst, int64_t s0, int64_t s1, bool transpose,
-                       float *tmp) {
+/* Where a tensor goes: F32 floats, or 16-bit elements of dtype (BF16 or
+ * F16), rounded to nearest even from the file's value. */
+typedef struct {
+    float *f;
+    uint16_t *h;
+    mha_dtype dtype;
+} dest;
+
+static dest to_f32(float *f) { return (dest){f, NULL, MHA_DTYPE_F32}; }
+static dest to_matrix(const mha__wmat *w) {
+    return w->dtype == MHA_DTYPE_F32 ? to_f32((float *)w->p) : (dest){NULL, (uint16_t *)w->p, w->dtype};
+}
+
+/* The model's state_dict tensor i (mha__gpt_tensor), as a destination. */
+static dest tensor_dest(const mha_gpt *m, size_t i) {
+    const mha__gpt_tensor *t = &m->tensors[i];
+    return t->f ? to_f32(t->f) : (dest){NULL, t->h, m->wdtype};
+}
+
+/* ERR_SHAPE unless t has shape (s0, s1) (s1 == 0: (s0)). */
+static mha_status check_shape(const mha_st_tensor *t, int64_t s0, int64_t s1) {
     const int nd = s1 ? 2 : 1;
-    const int64_t f0 = transpose ? s1 : s0, f1 = transpose ? s0 : s1; /* the file's shape */
-    if (t->ndim != nd || t->shape[0] != f0 || (nd == 2 && t->shape[1] != f1)) {
-        char got[64] = "";
-        for (int d = 0; d < t->ndim && d < 4; d++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        if (nd == 2)
-            return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld, %lld)", t->name, got,
-                             (long long)f0, (long long)f1);
-        return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld)", t->name, got, (long long)f0);
-    }
-    float *out = transpose ? tmp : dst;
-    mha_status s = mha_st_read_f32(st, t, out, t->numel);
+    if (t->ndim == nd && t->shape[0] == s0 && (nd == 1 || t->shape[1] == s1)) return MHA_OK;
+    char got[64] = "";
+    for (int d = 0; d < t->ndim && d < 4; d++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (nd == 2)
+        return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld, %lld)", t->name, got,
+                         (long long)s0, (long long)s1);
+    return mha__fail(MHA_ERR_SHAPE, "tensor '%s' has shape (%s), expected (%lld)", t->name, got, (long long)s0);
+}
+
+/* Elements [first, first + n) of t as F32 into buf, each finite. */
+static mha_status read_part(const mha_st *st, const mha_st_tensor *t, size_t first, size_t n, float *buf) {
+    mha_status s = mha_st_read_f32_part(st, t, first, buf, n);
     if (s != MHA_OK) {
         char d[200];
         snprintf(d, sizeof d, "%s", mha_last_error());
         return mha__fail(s, "tensor '%s': %s", t->name, d);
     }
-    for (size_t i = 0; i < t->numel; i++)
-        if (!isfinite(out[i]))
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(buf[i]))
             return mha__fail(MHA_ERR_NONFINITE, "tensor '%s' holds %s at element %zu", t->name,
-                             isnan(out[i]) ? "NaN" : "infinity", i);
-    if (transpose)
-        for (int64_t i = 0; i < s0; i++)
-            for (int64_t j = 0; j < s1; j++) dst[i * s1 + j] = tmp[j * s0 + i];
+                             isnan(buf[i]) ? "NaN" : "infinity", first + i);
+    return MHA_OK;
+}
+
+/* v narrowed to d's 16 bits; ERR_NONFINITE when it overflows F16's range. */
+static mha_status narrow(const char *name, size_t i, float v, mha_dtype d, uint16_t *out) {
+    *out = d == MHA_DTYPE_BF16 ? mha__f32_to_bf16(v) : mha__f32_to_f16(v);
+    if ((*out & 0x7fffu) == (d == MHA_DTYPE_BF16 ? 0x7f80u : 0x7c00u))
+        return mha__fail(MHA_ERR_NONFINITE, "tensor '%s' element %zu (%g) is beyond %s's range", name, i, (double)v,
+                         d == MHA_DTYPE_BF16 ? "bf16" : "f16");
+    return MHA_OK;
+}
+
+/* Reads t, of shape (s0, s1) (or (s0) when s1 == 0), into dst; or, with
+ * transpose, a Conv1D weight of the file's shape (s1, s0) into dst's (s0,
+ * s1). Checks the shape and finiteness; the detail names the tensor. F32
+ * destinations read at once (tmp: s0 * s1 floats for a transpose); 16-bit
+ * ones in pieces through tmp (at least PIECE floats), so that no F32 copy
+ * of a large tensor is ever held. */
+#define PIECE ((size_t)1 << 18)
+
+static mha_status take(const mha_st *st, const mha_st_tensor *t, dest dst, int64_t s0, int64_t s1, bool transpose,
+                       float *tmp) {
+    mha_status s = check_shape(t, transpose ? s1 : s0, transpose ? s0 : s1);
+    if (s != MHA_OK) return s;
+    if (dst.f) {
+        float *out = transpose ? tmp : dst.f;
+        if ((s = read_part(st, t, 0, t->numel, out)) != MHA_OK) return s;
+        if (transpose)
+            for (int64_t i = 0; i < s0; i++)
+                for (int64_t j = 0; j < s1; j++) dst.f[i * s1 + j] = tmp[j * s0 + i];
+        return MHA_OK;
+    }
+    /* in pieces of whole file rows (row length: s0 transposed, else s1 or 1) */
+    const size_t row = transpose ? (size_t)s0 : s1 ? (size_t)s1 : 1;
+    const size_t rows_per = PIECE / row ? PIECE / row : 1;
+    for (size_t r0 = 0; r0 * row < t->numel; r0 += rows_per) {
+        const size_t n = (t->numel - r0 * row) < rows_per * row ? t->numel - r0 * row : rows_per * row;
+        if ((s = read_part(st, t, r0 * row, n, tmp)) != MHA_OK) return s;
+        for (size_t i = 0; i < n && s == MHA_OK; i++) {
+            /* file element r0 * row + i: transposed, file (j, k) goes to dst (k, j) */
+            const size_t fi = r0 * row + i;
+            const size_t di = transpose ? (fi % row) * (size_t)s1 + fi / row : fi;
+            s = narrow(t->name, fi, tmp[i], dst.dtype, &dst.h[di]);
+        }
+        if (s != MHA_OK) return s;
+    }
     return MHA_OK;
 }
 
@@ -129,7 +205,41 @@ static mha_status att_mask(void *arg, const mha_st_tensor *t) {
     return mha__fail(MHA_ERR_MISSING, "unexpected tensor '%.100s' in a %s file", t->name, m->params.owner);
 }
 
-static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) {
+/* A 16-bit model's tensors from a book file: each by name, in pieces
+ * (take); a tied head's out_head.weight must hold tok_emb.weight's values;
+ * any other tensor but the masks ERR_MISSING, as mha__params_read. */
+static mha_status read_book_16(mha_gpt *m, const mha_st *st) {
+    float *tmp = mha__alloc_n(2 * PIECE, sizeof(float));
+    if (!tmp) return mha__nomem("mha_gpt_load: out of memory");
+    mha_status s = MHA_OK;
+    mha_st_tensor t, tok;
+    for (size_t i = 0; i < m->n_tensors && s == MHA_OK; i++) {
+        const mha__gpt_tensor *g = &m->tensors[i];
+        if ((s = need(st, g->name, &t)) != MHA_OK) break;
+        if (!g->alias) {
+            s = take(st, &t, tensor_dest(m, i), g->s0, g->s1, false, tmp);
+            continue;
+        }
+        /* the tied head: the same shape and values as tok_emb.weight */
+        if ((s = check_shape(&t, g->s0, g->s1)) != MHA_OK || (s = need(st, "tok_emb.weight", &tok)) != MHA_OK) break;
+        for (size_t at = 0; at < t.numel && s == MHA_OK; at += PIECE) {
+            const size_t n = t.numel - at < PIECE ? t.numel - at : PIECE;
+            if ((s = read_part(st, &t, at, n, tmp)) == MHA_OK && (s = read_part(st, &tok, at, n, tmp + PIECE)) == MHA_OK &&
+                memcmp(tmp, tmp + PIECE, n * sizeof(float)) != 0)
+                s = mha__fail(MHA_ERR_FORMAT, "tie_head is true but out_head.weight is not tok_emb.weight");
+        }
+    }
+    for (size_t i = 0; i < mha_st_count(st) && s == MHA_OK; i++) {
+        mha_st_get(st, i, &t);
+        bool known = false;
+        for (size_t k = 0; k < m->n_tensors && !known; k++) known = !strcmp(t.name, m->tensors[k].name);
+        if (!known) s = att_mask(m, &t);
+    }
+    mha__free(tmp);
+    return s;
+}
+
+static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_dtype dtype, mha_gpt **out) {
     mha_gpt_config c;
     mha_gpt_config_init(&c, kind);
     mha_status s = config_from_meta(st, &c);
@@ -140,7 +250,15 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) 
         (s = mha_st_metadata_bool(st, "tie_head", &tied)) != MHA_OK)
         return s;
     mha_gpt *m = NULL;
-    if ((s = mha_gpt_create(&c, tied, &m)) != MHA_OK) return s;
+    if ((s = mha__gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
+    if (dtype != MHA_DTYPE_F32) {
+        if ((s = read_book_16(m, st)) != MHA_OK) {
+            mha_gpt_free(m);
+            return s;
+        }
+        *out = m;
+        return MHA_OK;
+    }
     /* tied: the file's out_head.weight must be its tok_emb.weight. Both
      * names share one tensor, which the read below (in state_dict order,
      * the head last) leaves holding out_head.weight: compare it with
@@ -168,7 +286,7 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_gpt **out) 
 
 /* ---- load: Hugging Face's names ------------------------------------------ */
 
-static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
+static mha_status from_hf(const mha_st *st, const char *pre, mha_dtype dtype, mha_gpt **out) {
     char name[160];
     mha_st_tensor wte, wpe, t;
     mha_status s;
@@ -219,30 +337,38 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
                                     head.nbytes == wte.nbytes && memcmp(head.data, wte.data, wte.nbytes) == 0);
     if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
-    if ((s = mha_gpt_create(&c, tied, &m)) != MHA_OK) return s;
+    if ((s = mha__gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
     const int64_t E = m->E;
-    float *tmp = mha__alloc((size_t)(4 * E * E) * sizeof(float));
+    /* F32: a whole Conv1D weight to transpose; 16-bit: one piece */
+    const size_t tmp_floats = dtype == MHA_DTYPE_F32 ? (size_t)(4 * E * E) : PIECE;
+    float *tmp = mha__alloc_n(tmp_floats, sizeof(float));
     if (!tmp) {
         mha_gpt_free(m);
         return mha__nomem("out of memory");
     }
-    s = take(st, &wte, m->tok_emb, m->V, E, false, NULL);
-    if (s == MHA_OK) s = take(st, &wpe, m->pos_emb, m->C, E, false, NULL);
-    if (s == MHA_OK && !tied) s = take(st, &head, m->head, m->V, E, false, NULL);
+    s = take(st, &wte, tensor_dest(m, 0), m->V, E, false, tmp);
+    if (s == MHA_OK) s = take(st, &wpe, tensor_dest(m, 1), m->C, E, false, tmp);
+    if (s == MHA_OK && !tied) s = take(st, &head, to_matrix(&m->head_w), m->V, E, false, tmp);
     for (int64_t l = 0; l < m->L && s == MHA_OK; l++) {
         mha__gpt_block *b = &m->blocks[l];
         const struct {
             const char *suffix;
-            float *dst;
+            dest dst;
             int64_t s0, s1;
             bool tr;
         } map[] = {
-            {"ln_1.weight", b->ln1_s, E, 0, false},        {"ln_1.bias", b->ln1_b, E, 0, false},
-            {"attn.c_attn.weight", b->w_qkv, 3 * E, E, true}, {"attn.c_attn.bias", b->b_qkv, 3 * E, 0, false},
-            {"attn.c_proj.weight", b->w_out, E, E, true},  {"attn.c_proj.bias", b->b_out, E, 0, false},
-            {"ln_2.weight", b->ln2_s, E, 0, false},        {"ln_2.bias", b->ln2_b, E, 0, false},
-            {"mlp.c_fc.weight", b->w1, 4 * E, E, true},    {"mlp.c_fc.bias", b->b1, 4 * E, 0, false},
-            {"mlp.c_proj.weight", b->w2, E, 4 * E, true},  {"mlp.c_proj.bias", b->b2, E, 0, false},
+            {"ln_1.weight", to_f32(b->ln1_s), E, 0, false},
+            {"ln_1.bias", to_f32(b->ln1_b), E, 0, false},
+            {"attn.c_attn.weight", to_matrix(&b->qkv), 3 * E, E, true},
+            {"attn.c_attn.bias", to_f32(b->b_qkv), 3 * E, 0, false},
+            {"attn.c_proj.weight", to_matrix(&b->out), E, E, true},
+            {"attn.c_proj.bias", to_f32(b->b_out), E, 0, false},
+            {"ln_2.weight", to_f32(b->ln2_s), E, 0, false},
+            {"ln_2.bias", to_f32(b->ln2_b), E, 0, false},
+            {"mlp.c_fc.weight", to_matrix(&b->ff1), 4 * E, E, true},
+            {"mlp.c_fc.bias", to_f32(b->b1), 4 * E, 0, false},
+            {"mlp.c_proj.weight", to_matrix(&b->ff2), E, 4 * E, true},
+            {"mlp.c_proj.bias", to_f32(b->b2), E, 0, false},
         };
         for (size_t k = 0; k < sizeof map / sizeof map[0] && s == MHA_OK; k++) {
             snprintf(name, sizeof name, "%sh.%lld.%s", pre, (long long)l, map[k].suffix);
@@ -250,9 +376,9 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
         }
     }
     snprintf(name, sizeof name, "%sln_f.weight", pre);
-    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(st, &t, m->lnf_s, E, 0, false, NULL);
+    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(st, &t, to_f32(m->lnf_s), E, 0, false, tmp);
     snprintf(name, sizeof name, "%sln_f.bias", pre);
-    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(st, &t, m->lnf_b, E, 0, false, NULL);
+    if (s == MHA_OK && (s = need(st, name, &t)) == MHA_OK) s = take(st, &t, to_f32(m->lnf_b), E, 0, false, tmp);
     mha__free(tmp);
     /* nothing unexpected: the mask buffers h.N.attn.bias / masked_bias are ignored */
     const size_t pl = strlen(pre);
@@ -284,12 +410,12 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_gpt **out) {
     return MHA_OK;
 }
 
-mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out) {
+mha_status mha_gpt_from_st_as(const mha_st *st, mha_dtype dtype, mha_gpt **out) {
     if (!st || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_from_st: NULL argument");
     *out = NULL;
     mha_st_tensor t;
-    if (mha_st_find(st, "wte.weight", &t) == MHA_OK) return from_hf(st, "", out);
-    if (mha_st_find(st, "transformer.wte.weight", &t) == MHA_OK) return from_hf(st, "transformer.", out);
+    if (mha_st_find(st, "wte.weight", &t) == MHA_OK) return from_hf(st, "", dtype, out);
+    if (mha_st_find(st, "transformer.wte.weight", &t) == MHA_OK) return from_hf(st, "transformer.", dtype, out);
     const char *mod = mha_st_metadata(st, "module");
     if (!mod)
         return mha__fail(MHA_ERR_FORMAT, "neither a Hugging Face GPT-2 file (no wte.weight) nor a book file "
@@ -297,14 +423,58 @@ mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out) {
     mha_gpt_kind kind;
     mha_status s = mha_gpt_kind_from_name(mod, &kind);
     if (s != MHA_OK) return s;
-    return from_book(st, kind, out);
+    return from_book(st, kind, dtype, out);
 }
 
-static mha_status load_into(const mha_st *st, void *out) { return mha_gpt_from_st(st, out); }
+mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out) { return mha_gpt_from_st_as(st, MHA_DTYPE_F32, out); }
 
-mha_status mha_gpt_load(const char *path, mha_gpt **out) {
+typedef struct {
+    mha_dtype dtype;
+    mha_gpt **out;
+} load_args;
+
+static mha_status load_into(const mha_st *st, void *arg) {
+    const load_args *a = arg;
+    return mha_gpt_from_st_as(st, a->dtype, a->out);
+}
+
+mha_status mha_gpt_load_as(const char *path, mha_dtype dtype, mha_gpt **out) {
     if (!path || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_load: NULL argument");
-    return mha__st_load(path, load_into, out); /* the weights read straight into place */
+    load_args a = {dtype, out};
+    return mha__st_load(path, load_into, &a); /* the weights read straight into place */
+}
+
+mha_status mha_gpt_load(const char *path, mha_gpt **out) { return mha_gpt_load_as(path, MHA_DTYPE_F32, out); }
+
+mha_status mha_gpt_convert(const mha_gpt *src, mha_dtype dtype, mha_gpt **out) {
+    if (!src || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_convert: NULL argument");
+    *out = NULL;
+    mha_gpt *m = NULL;
+    mha_status s = mha__gpt_create_as(&src->cfg, src->tied, dtype, &m);
+    if (s != MHA_OK) return s;
+    const mha__kernels *k = mha__kernels_active();
+    float piece[1024];
+    for (size_t i = 0; i < m->n_tensors && s == MHA_OK; i++) {
+        const mha__gpt_tensor *a = &src->tensors[i], *b = &m->tensors[i];
+        const size_t n = (size_t)a->s0 * (size_t)(a->s1 ? a->s1 : 1);
+        if (b->alias) continue;
+        if (b->f) { /* a vector: F32 in every model */
+            memcpy(b->f, a->f, n * sizeof(float));
+            continue;
+        }
+        for (size_t at = 0; at < n && s == MHA_OK; at += 1024) {
+            const size_t c = n - at < 1024 ? n - at : 1024;
+            const float *v = a->f ? a->f + at : piece;
+            if (!a->f) (src->wdtype == MHA_DTYPE_BF16 ? k->widen_bf16 : k->widen_f16)(piece, a->h + at, c);
+            for (size_t j = 0; j < c && s == MHA_OK; j++) s = narrow(b->name, at + j, v[j], dtype, &b->h[at + j]);
+        }
+    }
+    if (s != MHA_OK) {
+        mha_gpt_free(m);
+        return s;
+    }
+    *out = m;
+    return MHA_OK;
 }
 
 /* ---- generation ---------------------------------------------------------- */

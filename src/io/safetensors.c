@@ -27,6 +27,7 @@
 #endif
 
 #include "common/common.h"
+#include "kernels/half.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -659,32 +660,14 @@ mha_status mha_st_metadata_get(const mha_st *st, size_t i, const char **key,
 /* Conversion                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static float f32_from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* IEEE binary16 -> binary32, exact (every half is a float): subnormals,
- * infinities, and NaN payloads kept as c10's fp16_ieee_to_fp32 keeps them. */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    if (exp == 0) {
-        float v = (float)man * 0x1p-24f; /* zero or subnormal; exact */
-        return sign ? -v : v;
-    }
-    if (exp == 31) return f32_from_bits(sign | 0x7f800000u | (man << 13));
-    return f32_from_bits(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
+/* The bit casts and the exact binary16 widening are kernels/half.h's
+ * (shared with the 16-bit weights' kernels). */
 /* n elements of a float dtype (element size es) at p, to float32. */
 static void convert(mha_dtype dtype, size_t es, const unsigned char *p, float *out, size_t n) {
     for (size_t i = 0; i < n; i++, p += es) {
         switch (dtype) {
         case MHA_DTYPE_F32:
-            out[i] = f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+            out[i] = mha__f32_from_bits((uint32_t)p[0] | (uint32_t)p[1] << 8 |
                                    (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
             break;
         case MHA_DTYPE_F64: {
@@ -696,10 +679,10 @@ static void convert(mha_dtype dtype, size_t es, const unsigned char *p, float *o
             break;
         }
         case MHA_DTYPE_F16:
-            out[i] = half_to_float((uint16_t)(p[0] | p[1] << 8));
+            out[i] = mha__f16_to_f32((uint16_t)(p[0] | p[1] << 8));
             break;
         default: /* BF16 */
-            out[i] = f32_from_bits(((uint32_t)p[0] | (uint32_t)p[1] << 8) << 16);
+            out[i] = mha__f32_from_bits(((uint32_t)p[0] | (uint32_t)p[1] << 8) << 16);
             break;
         }
     }
@@ -724,17 +707,31 @@ mha_status mha_st_read_f32(const mha_st *st, const mha_st_tensor *t, float *out,
     if (st->fd < 0) return mha_st_tensor_to_f32(t, out, n);
     if (n != t->numel)
         return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s' has %zu elements, output holds %zu", t->name, t->numel, n);
+    return mha_st_read_f32_part(st, t, 0, out, n);
+}
+
+mha_status mha_st_read_f32_part(const mha_st *st, const mha_st_tensor *t, size_t first, float *out, size_t n) {
+    if (!st || !t || (!out && n > 0)) return mha__fail(MHA_ERR_ARGUMENT, "mha_st_read_f32_part: NULL argument");
+    if (first > t->numel || n > t->numel - first)
+        return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s' has %zu elements: [%zu, %zu + %zu) is outside it", t->name,
+                         t->numel, first, first, n);
     const size_t es = float_dtype_size(t);
     if (es == 0) return MHA_ERR_DTYPE;
+    if (st->fd < 0) {
+        if (!t->data || t->nbytes != t->numel * es)
+            return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s' is not one of this file's", t->name);
+        convert(t->dtype, es, (const unsigned char *)t->data + first * es, out, n);
+        return MHA_OK;
+    }
     const st_entry *e = NULL;
     for (size_t i = 0; i < st->n && !e; i++)
         if (!strcmp(st->entries[i].name, t->name)) e = &st->entries[i];
-    if (!e || e->end - e->begin != t->nbytes || t->nbytes != n * es)
+    if (!e || e->end - e->begin != t->nbytes || t->nbytes != t->numel * es)
         return mha__fail(MHA_ERR_ARGUMENT, "tensor '%s' is not one of this file's", t->name);
     /* F32 (little-endian hosts) straight into out; others through a bounded buffer */
-    const size_t off = st->data_start + e->begin;
+    const size_t off = st->data_start + e->begin + first * es;
     if (t->dtype == MHA_DTYPE_F32 && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
-        mha_status s = read_at(st->fd, out, t->nbytes, off);
+        mha_status s = read_at(st->fd, out, n * es, off);
         return s == MHA_OK ? MHA_OK : mha__fail(s, "tensor '%s': %s", t->name, "cannot read its data");
     }
     const size_t chunk = (size_t)1 << 20; /* elements */

@@ -57,6 +57,26 @@ MHA_NODISCARD mha_status mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, co
                                              int64_t lda, const float *B, int64_t ldb, float *C,
                                              int64_t ldc, const mha__gemm_epilogue *epi);
 
+/* A weight matrix (N, K), row-major with row stride ld, as a model holds
+ * it: F32 (MHA_DTYPE_F32), or bfloat16 / F16 (MHA_DTYPE_BF16,
+ * MHA_DTYPE_F16: uint16_t elements, kernels/half.h) for inference. */
+typedef struct {
+    const void *p;
+    int64_t ld;
+    mha_dtype dtype;
+} mha__wmat;
+
+/* nn.Linear on any weight format: C (M, N) = A (M, K) W^T + bias (NULL:
+ * none), then epi (NULL: none; with one, the bias is epi's and `bias`
+ * must be NULL). F32: exactly mha__sgemm_bias (no epi) or
+ * mha__sgemm_epilogue. 16-bit: the same tiles, each tile's rows of W
+ * widened to F32 (exactly) before the tile's F32 product; M == 1 runs the
+ * gemv_bf16 / gemv_f16 kernels on the GEMV's row blocks. The bits do not
+ * depend on the thread count. MHA_OK or MHA_ERR_NOMEM, as mha__sgemm. */
+MHA_NODISCARD mha_status mha__linear_w(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                       const mha__wmat *W, const float *bias, float *C, int64_t ldc,
+                                       const mha__gemm_epilogue *epi);
+
 /* ---- Rows (rows.c) --------------------------------------------------------
  * Contiguous rows (row stride E, or n for the flat ones), in fixed blocks. */
 

@@ -34,6 +34,13 @@
 #define MHA_GEMM_TILE_N 768
 #endif
 
+/* A 16-bit weight's rows widened at a time inside a tile: the widened
+ * chunk (128 rows of K floats, 1.5 MiB at K = 3072) stays in the outer
+ * caches and bounds the extra memory per thread. */
+#ifndef MHA_GEMM_W16_ROWS
+#define MHA_GEMM_W16_ROWS 128
+#endif
+
 typedef struct {
     int64_t mb, nb;   /* tile size (the last row/column of tiles may be smaller) */
     int64_t nm, nn;   /* tiles down and across */
@@ -83,6 +90,8 @@ typedef struct {
     float *C;
     tile_plan p;
     const mha__gemm_epilogue *epi; /* or NULL */
+    const uint16_t *W16;           /* B^T as 16-bit weights (B NULL), or NULL */
+    mha__widen_bf16_fn widen;      /* W16's widening kernel */
 } gemm_job;
 
 /* The epilogue on the block at rows [r0, r0 + m), columns [c0, c0 + n) of
@@ -138,7 +147,7 @@ static bool run_tile(const gemm_job *j, int64_t t) {
     const int64_t m = j->M - r0 < j->p.mb ? j->M - r0 : j->p.mb;
     const int64_t n = j->N - c0 < j->p.nb ? j->N - c0 : j->p.nb;
     const float *a = j->trans_a ? j->A + r0 : j->A + r0 * j->lda;
-    const float *b = j->trans_b ? j->B + c0 * j->ldb : j->B + c0;
+    const float *b = j->W16 ? NULL : j->trans_b ? j->B + c0 * j->ldb : j->B + c0;
     float *c = j->C + r0 * j->ldc + c0;
     float beta = j->beta;
     if (j->bias) {
@@ -150,7 +159,20 @@ static bool run_tile(const gemm_job *j, int64_t t) {
         float *ca = NULL, *cb = NULL;
         bool ok = unalias(&a, &lda, j->trans_a ? j->K : m, j->trans_a ? m : j->K, &ca) &&
                   (j->trans_b || unalias(&b, &ldb, j->K, n, &cb));
-        ok = ok && j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, lda, b, ldb, beta, c, j->ldc);
+        if (ok && j->W16) {
+            /* 16-bit W: the tile's columns in fixed chunks of W's rows, each
+             * widened into one buffer (B^T's rows: packed at full speed) */
+            const int64_t cw = n < MHA_GEMM_W16_ROWS ? n : MHA_GEMM_W16_ROWS;
+            ok = (cb = mha__alloc_n((size_t)cw, (size_t)j->K * sizeof(float))) != NULL;
+            for (int64_t q0 = 0; ok && q0 < n; q0 += cw) {
+                const int64_t nq = n - q0 < cw ? n - q0 : cw;
+                for (int64_t r = 0; r < nq; r++)
+                    j->widen(cb + r * j->K, j->W16 + (c0 + q0 + r) * j->ldb, (size_t)j->K);
+                ok = j->k->gemm(false, true, m, nq, j->K, j->alpha, a, lda, cb, j->K, beta, c + q0, j->ldc);
+            }
+        } else {
+            ok = ok && j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, lda, b, ldb, beta, c, j->ldc);
+        }
         mha__free(ca);
         mha__free(cb);
         if (!ok) return false;
@@ -174,14 +196,18 @@ static bool run_tile(const gemm_job *j, int64_t t) {
  * of B in fixed blocks dealt to threads (each block then through the
  * epilogue, if any, which adds the bias itself). */
 static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
-                      int64_t ldb, const float *bias, float *C, const mha__gemm_epilogue *epi) {
+                      const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
+                      const mha__gemm_epilogue *epi) {
     const int64_t nblk = (N + MHA_GEMV_ROWS - 1) / MHA_GEMV_ROWS;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if (nblk > 1 && (double)N * (double)K > 1e5 && !omp_in_parallel())
 #endif
     for (int64_t b = 0; b < nblk; b++) {
         const int64_t n0 = b * MHA_GEMV_ROWS, n = N - n0 < MHA_GEMV_ROWS ? N - n0 : MHA_GEMV_ROWS;
-        k->gemv(n, K, A, B + n0 * ldb, ldb, bias ? bias + n0 : NULL, C + n0);
+        const float *bs = bias ? bias + n0 : NULL;
+        if (!W16) k->gemv(n, K, A, B + n0 * ldb, ldb, bs, C + n0);
+        else if (w16 == MHA_DTYPE_BF16) k->gemv_bf16(n, K, A, W16 + n0 * ldb, ldb, bs, C + n0);
+        else k->gemv_f16(n, K, A, W16 + n0 * ldb, ldb, bs, C + n0);
         if (epi) epilogue(k, epi, 0, n0, 1, n, C + n0, n);
     }
 }
@@ -210,17 +236,20 @@ static mha_status reserve_status(size_t bytes, int64_t M, int64_t N, int64_t K) 
     return gemm_nomem(what, M, N, K);
 }
 
+/* B^T may instead be 16-bit weights W16 (trans_b, B NULL, w16 their
+ * dtype): widened per tile (or in the GEMV kernel). */
 static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                               float alpha, const float *A, int64_t lda, const float *B,
-                              int64_t ldb, float beta, float *C, int64_t ldc, const float *bias,
-                              const mha__gemm_epilogue *epi) {
+                              const uint16_t *W16, mha_dtype w16, int64_t ldb, float beta, float *C,
+                              int64_t ldc, const float *bias, const mha__gemm_epilogue *epi) {
     if (M <= 0 || N <= 0) return MHA_OK;
     if (M == 1 && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || bias) && K > 0) {
-        gemv_rows(mha__kernels_active(), N, K, A, B, ldb, bias, C, epi);
+        gemv_rows(mha__kernels_active(), N, K, A, B, W16, w16, ldb, bias, C, epi);
         return MHA_OK;
     }
     gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
-                  lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1), epi};
+                  lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1), epi, W16, NULL};
+    if (W16) j.widen = w16 == MHA_DTYPE_BF16 ? j.k->widen_bf16 : j.k->widen_f16;
     const int64_t ntiles = j.p.nm * j.p.nn;
     bool failed = false; /* a backend call ran out of memory: C is then unspecified */
     const bool on_backend = j.k->gemm == mha__sgemm_backend && K > 0;
@@ -264,19 +293,29 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
 mha_status mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                       float alpha, const float *A, int64_t lda, const float *B,
                       int64_t ldb, float beta, float *C, int64_t ldc) {
-    return sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
+    return sgemm_tiled(trans_a, trans_b, M, N, K, alpha, A, lda, B, NULL, MHA_DTYPE_F32, ldb, beta, C, ldc, NULL, NULL);
 }
 
 mha_status mha__sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                            const float *A, int64_t lda, const float *B, int64_t ldb,
                            const float *bias, float *C, int64_t ldc) {
-    return sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, bias, NULL);
+    return sgemm_tiled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, NULL, MHA_DTYPE_F32, ldb, 0.0f, C, ldc, bias, NULL);
 }
 
 mha_status mha__sgemm_epilogue(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                                const float *B, int64_t ldb, float *C, int64_t ldc,
                                const mha__gemm_epilogue *epi) {
-    return sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, NULL, epi);
+    return sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, B, NULL, MHA_DTYPE_F32, ldb, 0.0f, C, ldc, NULL, epi);
+}
+
+mha_status mha__linear_w(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const mha__wmat *W,
+                         const float *bias, float *C, int64_t ldc, const mha__gemm_epilogue *epi) {
+    if (W->dtype == MHA_DTYPE_F32) {
+        if (epi) return mha__sgemm_epilogue(M, N, K, A, lda, W->p, W->ld, C, ldc, epi);
+        return mha__sgemm_bias(false, true, M, N, K, A, lda, W->p, W->ld, bias, C, ldc);
+    }
+    return sgemm_tiled(false, true, M, N, K, 1.0f, A, lda, NULL, W->p, W->dtype, W->ld, 0.0f, C, ldc,
+                       epi ? NULL : bias, epi);
 }
 
 /* The Unstable entry (mha.h) over mha__sgemm, for benchmarks that time the

@@ -1,7 +1,11 @@
 /* gemv_body.h — y = W x (+ bias), the one-row GEMM of token-by-token
  * decoding, written once on a SIMD layer and compiled per ISA
- * (gemv_avx2.c, gemv_avx512.c); mha__gemv_ref (gemv_ref.c) is its oracle.
- * Contract: kernels.h (mha__gemv_fn).
+ * (gemv_avx2.c, gemv_avx512.c) for the three weight formats: F32 (gemv),
+ * bfloat16 (gemv_bf16) and F16 (gemv_f16), the 16-bit weights widened to
+ * F32 as they are loaded (exact: kernels/half.h) and everything else in
+ * F32. Also the 16-bit rows' widening (widen_bf16, widen_f16) that the
+ * GEMM's tiles and the embeddings use. mha__gemv_ref and the others in
+ * gemv_ref.c are the oracles. Contract: kernels.h.
  *
  * Decoding reads every weight once per token: the kernel streams W's rows
  * (row-major (N, K), the layout nn.Linear's weight already has) eight at a
@@ -13,7 +17,7 @@
  * not depend on n's neighbours or on how the caller splits the rows.
  *
  * The including file includes a layer (simd_*.h) and defines MHA_KSFX, the
- * suffix of the function's name (kernels.h's MHA__KNAME). */
+ * suffix of the functions' names (kernels.h's MHA__KNAME). */
 #ifndef VW
 #error "include a SIMD layer before gemv_body.h"
 #endif
@@ -21,22 +25,43 @@
 #error "define MHA_KSFX before including gemv_body.h"
 #endif
 
+#include "half.h"
 #include "kernels.h"
 #include "simd_lanes.h"
 
 #include <stdint.h>
 
+/* The weight formats; each entry below passes its own as a constant, and
+ * the always-inline loads fold to the one it names. */
+enum { W_F32, W_BF16, W_F16 };
+
+VINL vf w_vec(const void *w, int64_t k, int fmt) {
+    if (fmt == W_F32) return vf_loadu((const float *)w + k);
+    if (fmt == W_BF16) return vf_load_bf16((const uint16_t *)w + k);
+    return vf_load_f16((const uint16_t *)w + k);
+}
+
+VINL float w_one(const void *w, int64_t k, int fmt) {
+    if (fmt == W_F32) return ((const float *)w)[k];
+    if (fmt == W_BF16) return mha__bf16_to_f32(((const uint16_t *)w)[k]);
+    return mha__f16_to_f32(((const uint16_t *)w)[k]);
+}
+
+VINL const void *w_row(const void *W, int64_t n, int64_t ldw, int fmt) {
+    return fmt == W_F32 ? (const void *)((const float *)W + n * ldw) : (const void *)((const uint16_t *)W + n * ldw);
+}
+
 /* y[n] from its row's accumulator: the lanes summed in lane order, the
  * tail in k order, then the bias. */
-static inline void finish_row(vf a, const float *w, const float *x, int64_t kv, int64_t K, const float *bias,
-                              int64_t n, float *y) {
+VINL void finish_row(vf a, const void *w, const float *x, int64_t kv, int64_t K, const float *bias, int64_t n,
+                     float *y, int fmt) {
     float s = vf_sum_lanes(a);
-    for (int64_t k = kv; k < K; k++) s = __builtin_fmaf(w[k], x[k], s);
+    for (int64_t k = kv; k < K; k++) s = __builtin_fmaf(w_one(w, k, fmt), x[k], s);
     y[n] = bias ? s + bias[n] : s;
 }
 
-void MHA__KNAME(gemv)(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,
-                      float *y) {
+VINL void gemv_any(int64_t N, int64_t K, const float *x, const void *W, int64_t ldw, const float *bias, float *y,
+                   int fmt) {
     const int64_t kv = K / VW * VW;
     /* Rows [0, h) in fours, each four beside the four h rows further on:
      * eight streams far apart keep more reads in flight than four adjacent
@@ -46,44 +71,69 @@ void MHA__KNAME(gemv)(int64_t N, int64_t K, const float *x, const float *W, int6
      * same bits. */
     const int64_t h = N / 8 * 4;
     for (int64_t n = 0; n < h; n += 4) {
-        const float *w[8];
-        for (int r = 0; r < 4; r++) w[r] = W + (n + r) * ldw, w[4 + r] = W + (h + n + r) * ldw;
+        const void *w[8];
+        for (int r = 0; r < 4; r++) w[r] = w_row(W, n + r, ldw, fmt), w[4 + r] = w_row(W, h + n + r, ldw, fmt);
         vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
         vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
         for (int64_t k = 0; k < kv; k += VW) {
             const vf xv = vf_loadu(x + k);
-            a0 = vf_fmadd(vf_loadu(w[0] + k), xv, a0);
-            a1 = vf_fmadd(vf_loadu(w[1] + k), xv, a1);
-            a2 = vf_fmadd(vf_loadu(w[2] + k), xv, a2);
-            a3 = vf_fmadd(vf_loadu(w[3] + k), xv, a3);
-            a4 = vf_fmadd(vf_loadu(w[4] + k), xv, a4);
-            a5 = vf_fmadd(vf_loadu(w[5] + k), xv, a5);
-            a6 = vf_fmadd(vf_loadu(w[6] + k), xv, a6);
-            a7 = vf_fmadd(vf_loadu(w[7] + k), xv, a7);
+            a0 = vf_fmadd(w_vec(w[0], k, fmt), xv, a0);
+            a1 = vf_fmadd(w_vec(w[1], k, fmt), xv, a1);
+            a2 = vf_fmadd(w_vec(w[2], k, fmt), xv, a2);
+            a3 = vf_fmadd(w_vec(w[3], k, fmt), xv, a3);
+            a4 = vf_fmadd(w_vec(w[4], k, fmt), xv, a4);
+            a5 = vf_fmadd(w_vec(w[5], k, fmt), xv, a5);
+            a6 = vf_fmadd(w_vec(w[6], k, fmt), xv, a6);
+            a7 = vf_fmadd(w_vec(w[7], k, fmt), xv, a7);
         }
         const vf acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-        for (int r = 0; r < 8; r++) finish_row(acc[r], w[r], x, kv, K, bias, (r < 4 ? n : h + n) + r % 4, y);
+        for (int r = 0; r < 8; r++) finish_row(acc[r], w[r], x, kv, K, bias, (r < 4 ? n : h + n) + r % 4, y, fmt);
     }
     int64_t n = 2 * h;
     for (; n + 4 <= N; n += 4) {
-        const float *w0 = W + n * ldw, *w1 = w0 + ldw, *w2 = w1 + ldw, *w3 = w2 + ldw;
+        const void *w0 = w_row(W, n, ldw, fmt), *w1 = w_row(W, n + 1, ldw, fmt), *w2 = w_row(W, n + 2, ldw, fmt),
+                   *w3 = w_row(W, n + 3, ldw, fmt);
         vf a0 = vf_zero(), a1 = vf_zero(), a2 = vf_zero(), a3 = vf_zero();
         for (int64_t k = 0; k < kv; k += VW) {
             const vf xv = vf_loadu(x + k);
-            a0 = vf_fmadd(vf_loadu(w0 + k), xv, a0);
-            a1 = vf_fmadd(vf_loadu(w1 + k), xv, a1);
-            a2 = vf_fmadd(vf_loadu(w2 + k), xv, a2);
-            a3 = vf_fmadd(vf_loadu(w3 + k), xv, a3);
+            a0 = vf_fmadd(w_vec(w0, k, fmt), xv, a0);
+            a1 = vf_fmadd(w_vec(w1, k, fmt), xv, a1);
+            a2 = vf_fmadd(w_vec(w2, k, fmt), xv, a2);
+            a3 = vf_fmadd(w_vec(w3, k, fmt), xv, a3);
         }
-        finish_row(a0, w0, x, kv, K, bias, n, y);
-        finish_row(a1, w1, x, kv, K, bias, n + 1, y);
-        finish_row(a2, w2, x, kv, K, bias, n + 2, y);
-        finish_row(a3, w3, x, kv, K, bias, n + 3, y);
+        finish_row(a0, w0, x, kv, K, bias, n, y, fmt);
+        finish_row(a1, w1, x, kv, K, bias, n + 1, y, fmt);
+        finish_row(a2, w2, x, kv, K, bias, n + 2, y, fmt);
+        finish_row(a3, w3, x, kv, K, bias, n + 3, y, fmt);
     }
     for (; n < N; n++) {
-        const float *w0 = W + n * ldw;
+        const void *w0 = w_row(W, n, ldw, fmt);
         vf a0 = vf_zero();
-        for (int64_t k = 0; k < kv; k += VW) a0 = vf_fmadd(vf_loadu(w0 + k), vf_loadu(x + k), a0);
-        finish_row(a0, w0, x, kv, K, bias, n, y);
+        for (int64_t k = 0; k < kv; k += VW) a0 = vf_fmadd(w_vec(w0, k, fmt), vf_loadu(x + k), a0);
+        finish_row(a0, w0, x, kv, K, bias, n, y, fmt);
     }
 }
+
+void MHA__KNAME(gemv)(int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,
+                      float *y) {
+    gemv_any(N, K, x, W, ldw, bias, y, W_F32);
+}
+
+void MHA__KNAME(gemv_bf16)(int64_t N, int64_t K, const float *x, const uint16_t *W, int64_t ldw, const float *bias,
+                           float *y) {
+    gemv_any(N, K, x, W, ldw, bias, y, W_BF16);
+}
+
+void MHA__KNAME(gemv_f16)(int64_t N, int64_t K, const float *x, const uint16_t *W, int64_t ldw, const float *bias,
+                          float *y) {
+    gemv_any(N, K, x, W, ldw, bias, y, W_F16);
+}
+
+VINL void widen_any(float *dst, const uint16_t *src, size_t n, int fmt) {
+    size_t i = 0;
+    for (; i + VW <= n; i += VW) vf_storeu(dst + i, w_vec(src, (int64_t)i, fmt));
+    for (; i < n; i++) dst[i] = w_one(src, (int64_t)i, fmt);
+}
+
+void MHA__KNAME(widen_bf16)(float *dst, const uint16_t *src, size_t n) { widen_any(dst, src, n, W_BF16); }
+void MHA__KNAME(widen_f16)(float *dst, const uint16_t *src, size_t n) { widen_any(dst, src, n, W_F16); }

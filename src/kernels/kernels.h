@@ -156,7 +156,11 @@ typedef struct {
  * y[n] = sum_k W[n][k] x[k] (+ bias[n]) for n < N: the M = 1 GEMM of decoding
  * (x W^T with nn.Linear's (N, K) weight). Each y[n] is computed the same way
  * whatever N and the rows around it (the drivers split rows in fixed
- * blocks). ref: gemv_ref.c; avx2, avx512: gemv_body.h. */
+ * blocks). ref: gemv_ref.c; avx2, avx512: gemv_body.h.
+ * "gemv_bf16", "gemv_f16": the same with W's (N, K) elements bfloat16 or
+ *     IEEE binary16 (kernels/half.h), each widened exactly to F32 as it is
+ *     loaded: the same sums in the same order as "gemv" on the widened W.
+ * "widen_bf16", "widen_f16": dst[i] = src[i] as F32, i < n (exact). */
 
 /* ---- Elementwise (chapter 4) ---------------------------------------------
  * Row kernels on rows of a strided (rows, n) block. Each output element is
@@ -256,6 +260,16 @@ typedef struct {
       (int64_t N, int64_t K, const float *x, const float *W, int64_t ldw, const float *bias,       \
        float *y),                                                                                  \
       Y, Y)                                                                                        \
+    X(gemv_bf16, void,                                                                             \
+      (int64_t N, int64_t K, const float *x, const uint16_t *W, int64_t ldw, const float *bias,    \
+       float *y),                                                                                  \
+      Y, Y)                                                                                        \
+    X(gemv_f16, void,                                                                              \
+      (int64_t N, int64_t K, const float *x, const uint16_t *W, int64_t ldw, const float *bias,    \
+       float *y),                                                                                  \
+      Y, Y)                                                                                        \
+    X(widen_bf16, void, (float *dst, const uint16_t *src, size_t n), Y, Y)                         \
+    X(widen_f16, void, (float *dst, const uint16_t *src, size_t n), Y, Y)                          \
     X(layernorm, void,                                                                             \
       (float *y, int64_t ldy, const float *x, int64_t ldx, int64_t rows, int64_t E,                \
        const float *scale, const float *shift),                                                    \

@@ -19,6 +19,8 @@
  *   (bit casts), vi_lt (signed), vu_lt (unsigned), vu_mulhilo(a, b): hi
  *   and lo 32 bits of a * b unsigned (b: one value in every lane),
  *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane).
+ *   vf_load_bf16/f16(p): VW 16-bit floats (kernels/half.h) at p, widened
+ *   exactly (unaligned).
  * Every op is lane-wise; the max and min keep the x86 operand order
  * (max(a, b) = a > b ? a : b, so NaN in a gives b). */
 #ifndef MHA_SIMD_AVX2_H
@@ -27,8 +29,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#if !defined(__AVX2__) || !defined(__FMA__)
-#error "simd_avx2.h needs -mavx2 -mfma"
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "simd_avx2.h needs -mavx2 -mfma -mf16c"
 #endif
 
 #define VW 8
@@ -49,6 +51,12 @@ VINL vf vf_keep(vm m, vf x) { return _mm256_and_ps(x, m); }
 VINL vf vf_zero_where(vm m, vf x) { return _mm256_andnot_ps(m, x); }
 VINL int vm_any(vm m) { return _mm256_movemask_ps(m); }
 VINL vm vm_or(vm a, vm b) { return _mm256_or_ps(a, b); }
+
+VINL vf vf_load_bf16(const uint16_t *p) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+VINL vf vf_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
 
 VINL vi vi_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
 VINL vm vi_lt(vi a, vi b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)); }

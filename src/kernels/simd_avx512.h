@@ -37,6 +37,12 @@ VINL vf vf_zero_where(vm m, vf x) { return _mm512_maskz_mov_ps((__mmask16)~m, x)
 VINL int vm_any(vm m) { return m != 0; }
 VINL vm vm_or(vm a, vm b) { return (vm)(a | b); }
 
+VINL vf vf_load_bf16(const uint16_t *p) {
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+VINL vf vf_load_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+
 VINL vi vi_iota(void) {
     return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
