@@ -16,8 +16,9 @@
  *                       (mha_optimizer) over any parameter set
  *   safetensors         reading and writing files; module save and load
  *   Chapter 4           LayerNorm, GELU, TransformerBlock, GPTModel (mha_gpt):
- *                       forward, KV cache, generation, save and load, tape,
- *                       backward, cross-entropy
+ *                       forward, KV cache, generation, save and load, 16-bit
+ *                       (bf16/f16) weights for inference, tape, backward,
+ *                       cross-entropy
  *   Tokenizer           GPT-2's byte-level BPE (mha_tokenizer)
  *   Runtime             kernels, GEMM backend, threads
  *   Unstable            entries for tests and benchmarks (MHA_UNSTABLE)
@@ -48,7 +49,9 @@
  *   HD    head dimension: D_out / H for MultiHeadAttention,
  *         D_out for the wrapper's and CausalAttention's heads
  *
- * Memory: all tensors are float32, row-major, contiguous. A pointer marked
+ * Memory: all tensors are float32, row-major, contiguous (a GPT loaded
+ *   for 16-bit inference holds its weight matrices as bf16 or f16 inside;
+ *   what crosses the API stays float32). A pointer marked
  *   [in]  is only read,
  *   [out] is only written (its previous contents are ignored),
  *   [acc] is accumulated into (+=).

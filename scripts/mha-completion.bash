@@ -16,6 +16,7 @@ _mha() {
     case $prev in
         -i|--input|-o|--output|--svg) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --out) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --dtype) COMPREPLY=($(compgen -W "f32 bf16 f16" -- "$cur")); return ;;
     esac
     if [ "$cmd" = help ]; then
         words=$("${COMP_WORDS[0]}" help 2>/dev/null | sed -n 's/^  \([a-z]\+\)  .*/\1/p')

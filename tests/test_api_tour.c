@@ -293,6 +293,13 @@ static void tour_gpt(void) {
     OK(mha_gpt_weight_get(l, 0, &w));
     CHECK(mha_gpt_weights_count(l) > 1 && w.dtype == MHA_DTYPE_BF16 && !strcmp(w.name, "tok_emb.weight"), "weight 0");
     OK(mha_gpt_forward(l, logits, ids, 2, 3, 0, NULL));
+    CHECK(mha_gpt_params(l) == NULL, "a bf16 model has no parameter set");
+    {
+        mha_gpt_tape *t16 = NULL;
+        OK(mha_gpt_tape_create(&t16));
+        CHECK(mha_gpt_forward_tape(l, logits, ids, 2, 3, NULL, t16) == MHA_ERR_UNSUPPORTED, "bf16 records no tape");
+        mha_gpt_tape_free(t16);
+    }
     OK(mha_gpt_save(l, tmp(0, "gpt16.safetensors")));
     mha_gpt_free(l);
     OK(mha_gpt_convert(m, MHA_DTYPE_F16, &l));
