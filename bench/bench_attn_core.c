@@ -24,14 +24,26 @@
  * result is checked once against mha__attn_bwd_ref on the first and last
  * head.
  *
- * Usage: bench_attn_core [--backward] [--shape B,T]... [reps]   (default 9 reps;
+ * --sgemm: also times, interleaved with the kernels' runs, the library's
+ * projection GEMM (mha_sgemm) at 8192x2304x768, the shape whose rate
+ * bench/compare_torch.py takes as the bound, and prints the core's rate
+ * as a fraction c of it, with what c allows MultiHeadAttention(768, 12)
+ * at that shape when its projections run at the sgemm rate and nothing
+ * else costs: bound/mha <= 1 / ((1 - f) + f / c), f the core's share of
+ * the module's FLOPs (forward; with --backward also forward + backward,
+ * the core's backward counted as 2.5x its forward, the projections' as
+ * 2x theirs: dX and dW).
+ *
+ * Usage: bench_attn_core [--backward] [--sgemm] [--shape B,T]... [reps]   (default 9 reps;
  *        shapes (1, 1024), (8, 256), (8, 1024); H = 12, HD = 64)
  * Environment: MHA_BENCH_IDLE_WAIT = seconds the whole program may spend
  *              waiting for idle CPUs before timed runs (default 60; 0 = off;
  *              the VM is shared, other tenants' jobs take cores),
  *              MHA_ISA=ref to time the reference kernel. */
+#define MHA_UNSTABLE /* mha_sgemm */
 #include "attention/attention.h"
 #include "kernels/kernels.h"
+#include "mha.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -253,13 +265,15 @@ static size_t workspace(const shape *s, const mha__kernels *k, int nthreads) {
 
 int main(int argc, char **argv) {
     int reps = 9;
-    bool backward = false;
+    bool backward = false, with_sgemm = false;
     shape chosen[8];
     int nchosen = 0;
     for (int i = 1; i < argc; i++) {
         long long b, t;
         if (strcmp(argv[i], "--backward") == 0) {
             backward = true;
+        } else if (strcmp(argv[i], "--sgemm") == 0) {
+            with_sgemm = true;
         } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc && nchosen < 8 &&
                    sscanf(argv[i + 1], "%lld,%lld", &b, &t) == 2 && b > 0 && t > 0) {
             chosen[nchosen++] = (shape){b, t, 12, 64};
@@ -287,6 +301,20 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nk; k++) printf(" %s", ks[k]->name);
     printf(", %d reps\n", reps);
     int failures = 0;
+    /* the bound's GEMM: x (8192, 768) W^T, W (2304, 768) */
+    enum { GM = 8192, GN = 2304, GK = 768 };
+    float *ga = NULL, *gw = NULL, *gc = NULL;
+    if (with_sgemm) {
+        ga = malloc(sizeof(float) * (size_t)GM * GK);
+        gw = malloc(sizeof(float) * (size_t)GN * GK);
+        gc = malloc(sizeof(float) * (size_t)GM * GN);
+        if (!ga || !gw || !gc) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < (size_t)GM * GK; i++) ga[i] = (float)(i % 13) * 0.01f - 0.06f;
+        for (size_t i = 0; i < (size_t)GN * GK; i++) gw[i] = (float)(i % 7) * 0.01f - 0.03f;
+    }
 
     for (size_t si = 0; si < nshapes; si++) {
         const shape *s = &shapes[si];
@@ -372,13 +400,24 @@ int main(int argc, char **argv) {
             const int nt = threads[ti];
             double *times = malloc(sizeof(double) * (size_t)(reps * nk));
             double *btimes = malloc(sizeof(double) * (size_t)(reps * nk));
+            double gbest = INFINITY;
             int gated[3] = {0, 0, 0};
             for (int k = 0; k < nk; k++) { /* warm-up */
                 run_core(s, qkv, out, lse, stats, ks[k], ws[k], ws_size[k], nt);
                 if (backward)
                     run_bwd(s, qkv, out, stats, dout, dqkv, ks[k], bws[k], bws_size[k], nt);
             }
-            for (int r = 0; r < reps; r++)
+            for (int r = 0; r < reps; r++) {
+                if (with_sgemm) {
+                    set_threads(nt);
+                    const double g0 = now_s();
+                    if (mha_sgemm(0, 1, GM, GN, GK, 1.0f, ga, GK, gw, GK, 0.0f, gc, GN) != MHA_OK) {
+                        fprintf(stderr, "sgemm: %s\n", mha_last_error());
+                        return 1;
+                    }
+                    const double g = now_s() - g0;
+                    if (g < gbest) gbest = g;
+                }
                 for (int k = 0; k < nk; k++) {
                     gated[k] += wait_idle();
                     const double t0 = now_s();
@@ -390,6 +429,13 @@ int main(int argc, char **argv) {
                         btimes[k * reps + r] = now_s() - t1;
                     }
                 }
+            }
+            const double grate = 2.0 * GM * GN * GK / gbest; /* FLOP/s */
+            const double pflops = 8.0 * (double)(s->B * s->T) * (double)D * (double)D;
+            if (with_sgemm)
+                printf("B=%lld T=%4lld threads %d sgemm 8192x2304x768 (mha_sgemm): min %.3f ms %.1f "
+                       "GFLOP/s\n",
+                       (long long)s->B, (long long)s->T, nt, 1e3 * gbest, grate * 1e-9);
             for (int k = 0; k < nk; k++) {
                 double *tk = times + k * reps;
                 qsort(tk, (size_t)reps, sizeof(double), cmp_double);
@@ -399,6 +445,13 @@ int main(int argc, char **argv) {
                        (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
                        ks[k]->name, 1e3 * tmin, flops / tmin * 1e-9, 1e3 * tmed,
                        flops / tmed * 1e-9, gated[k], reps);
+                if (with_sgemm) {
+                    const double c = flops / tmin / grate, f = flops / (flops + pflops);
+                    printf("B=%lld T=%4lld threads %d %-6s: core at %.2f of the sgemm rate; "
+                           "forward bound/mha at most %.3f (core %.1f%% of the FLOPs)\n",
+                           (long long)s->B, (long long)s->T, nt, ks[k]->name, c,
+                           1.0 / ((1.0 - f) + f / c), 100.0 * f);
+                }
                 if (backward) {
                     double *bk = btimes + k * reps;
                     qsort(bk, (size_t)reps, sizeof(double), cmp_double);
@@ -409,6 +462,16 @@ int main(int argc, char **argv) {
                            (long long)s->B, (long long)s->T, (long long)s->H, (long long)s->HD, nt,
                            ks[k]->name, 1e3 * bmin, bfl / bmin * 1e-9, 1e3 * bmed,
                            bfl / bmed * 1e-9, bmin / tmin, bmed / tmed);
+                    if (with_sgemm) {
+                        /* forward + backward: core 3.5x, projections 3x their forward FLOPs */
+                        const double cf = flops + bfl, pf = 3.0 * pflops, f = cf / (cf + pf);
+                        const double c = cf / (tmin + bmin) / grate;
+                        printf("B=%lld T=%4lld threads %d %-6s: core forward + backward at %.2f of the "
+                               "sgemm rate; forward + backward bound/mha at most %.3f (core %.1f%% "
+                               "of the FLOPs)\n",
+                               (long long)s->B, (long long)s->T, nt, ks[k]->name, c,
+                               1.0 / ((1.0 - f) + f / c), 100.0 * f);
+                    }
                 }
             }
             fflush(stdout);
@@ -426,5 +489,8 @@ int main(int argc, char **argv) {
         free(lse);
         free(stats);
     }
+    free(ga);
+    free(gw);
+    free(gc);
     return failures ? 1 : 0;
 }

@@ -28,11 +28,21 @@ and PV) divided by the best sgemm throughput measured in the same run, at
     in the library.
 All are printed (bench_sgemm also at 8192x768x768 and 2048^3).
 
+With --train the forward is also timed in training mode (dropout 0.1 on
+the attention weights): the book's class in train mode (no_grad) against
+`mha bench --train` (PyTorch's mask) and `--train --philox`, in a second
+table with the same bound (dropout adds no FLOP to the bound). ORT's
+Attention op has no dropout, so it has no training row.
+
 With --backward it compares a training step instead: the book's
 MultiHeadAttention(768, 768, 1024, 0.1, 12) forward + autograd backward
 (y.backward(dy): dx and every parameter's gradient), in eval and in training
 mode, against `mha bench --backward` (eval; --train with PyTorch's mask;
---train --philox), and prints the ms and the torch/mha ratios.
+--train --philox), and prints the ms, the torch/mha ratios and the bound:
+the step's FLOPs (the forward's, plus dX and dW of the 4 projections, plus
+the attention core's backward counted as 2.5x its forward: five products of
+the forward's size, the recomputed S included; 161 GFLOP at (8, 1024)) at
+the best sgemm throughput measured in the same run, as above.
 
 Run with Debian's torch: /usr/bin/python3 bench/compare_torch.py [--mha build/mha] [--ort]
 (build first: cmake -S . -B build && cmake --build build; bench_sgemm is
@@ -181,17 +191,74 @@ def ort_times(args, book_m, tmpdir, shapes):
     return res
 
 
+GEMM_NAMES = ("mha", "openblas")
+
+
+def measure_sgemm(args, a, w, keep, sgemm_json):
+    """One round of the sgemm probes (torch in this process, bench_sgemm twice)."""
+    keep(("sgemm", "torch"), timeit(lambda: a @ w.t(), args.repeat))
+    for what, openblas in zip(GEMM_NAMES, (False, True)):
+        time.sleep(1.0)  # torch's worker threads go idle
+        r = bench_sgemm(args, openblas)
+        if r is not None:
+            sgemm_json[what] = r[1]
+            for shape, mn in r[0].items():
+                keep(("sgemm", what, shape), (mn, mn))
+
+
+def report_sgemm(args, best, sgemm_json):
+    """Prints the probes; returns the bound's rate (GFLOP/s), its source and every rate."""
+    gf = lambda ms, m, n, k: 2 * m * n * k / (ms * 1e6)
+    sgemm = {"torch": gf(best[("sgemm", "torch")][0], *SGEMM_SHAPE)}
+    for what in GEMM_NAMES:
+        if ("sgemm", what, SGEMM_SHAPE) in best:
+            sgemm[what] = gf(best[("sgemm", what, SGEMM_SHAPE)][0], *SGEMM_SHAPE)
+    best_what = max(sgemm, key=sgemm.get)
+    print(f"sgemm, {args.threads} threads, min over {args.rounds} rounds x {args.repeat} calls, GFLOP/s at "
+          "8192x2304x768 (x @ W^T) / 8192x768x768 (x @ W^T) / 2048^3:")
+    names = {"torch": f"torch a @ w.t() (its OpenBLAS, core {torch_openblas_core()}, "
+                      f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')})",
+             "mha": f"mha__sgemm ({sgemm_json.get('mha', {}).get('mha_blas', '?')})",
+             "openblas": f"OpenBLAS cblas_sgemm, own threads (core {sgemm_json.get('openblas', {}).get('corename', '?')}, "
+                         f"OPENBLAS_CORETYPE={best_coretype() or '(unset)'})"}
+    for what in ("torch",) + GEMM_NAMES:
+        if what not in sgemm:
+            print(f"  {what:>8}: not measured ({args.bench_sgemm} missing or failed)")
+            continue
+        figs = [f"{sgemm[what]:6.1f}"]
+        if what != "torch":
+            for sh in ((8192, 768, 768), (2048, 2048, 2048)):
+                figs.append(f"{gf(best[('sgemm', what, sh)][0], *sh):6.1f}")
+        print(f"  {what:>8}: {' / '.join(figs)}   {names[what]}")
+    print(f"best sgemm: {sgemm[best_what]:.1f} GFLOP/s ({best_what}, 8192x2304x768): the bound below")
+    return sgemm[best_what], best_what, sgemm
+
+
+def module_flops(b, t, E=768, H=12):
+    """The forward's useful FLOPs (4 projections, the causal half of QK^T and PV) and the core's share."""
+    core = 4 * b * H * (t * (t + 1) / 2) * (E // H)
+    return 4 * 2 * b * t * E * E + core, core
+
+
 def compare_backward(args, shapes):
     """torch autograd on the book's class vs mha bench --backward."""
     E, H = 768, 12
     torch.manual_seed(123)
     book_m = MultiHeadAttention(E, E, 1024, 0.1, H)
     best = {}
+    sgemm_json = {}
+    a, w = torch.randn(8192, E), torch.randn(3 * E, E)
 
     def keep(key, mn):
-        best[key] = min(best.get(key, float("inf")), mn)
+        if isinstance(mn, tuple):  # the sgemm probes' (min, median)
+            cur = best.setdefault(key, [float("inf"), []])
+            cur[0] = min(cur[0], mn[0])
+            cur[1].append(mn[1])
+        else:
+            best[key] = min(best.get(key, float("inf")), mn)
 
     for rnd in range(args.rounds):
+        measure_sgemm(args, a, w, keep, sgemm_json)
         for b, t in shapes:
             x = torch.rand(b, t, E, requires_grad=True)
             dy = torch.rand(b, t, E)
@@ -217,10 +284,12 @@ def compare_backward(args, shapes):
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
     print(f"torch {torch.__version__}, {args.threads} threads, "
           f"mha: {subprocess.run([args.mha, '--version'], capture_output=True, text=True).stdout.strip()}")
-    print("MultiHeadAttention(768, 768, 1024, 0.1, 12): forward + backward (dx and every parameter's gradient),")
+    rate, rate_what, rates = report_sgemm(args, best, sgemm_json)
+    print("\nMultiHeadAttention(768, 768, 1024, 0.1, 12): forward + backward (dx and every parameter's gradient),")
     print(f"min ms over {args.rounds} rounds; mha's backward alone in brackets\n")
     hdr = (f"{'(b, T)':>10} | {'torch eval':>10} | {'torch train':>11} | {'mha eval':>17} | {'mha train':>17} |"
-           f" {'mha philox':>17} | {'eval x':>6} | {'train x':>7} | {'philox x':>8}")
+           f" {'mha philox':>17} | {'eval x':>6} | {'train x':>7} | {'philox x':>8} | {'bound':>8} |"
+           f" bound/mha eval / train / philox")
     print(hdr)
     print("-" * len(hdr))
     nan = float("nan")
@@ -230,13 +299,18 @@ def compare_backward(args, shapes):
         te, tt = g("torch", "eval", (b, t)), g("torch", "train", (b, t))
         me, mt, mp = g("mha", "eval", (b, t)), g("mha", "train", (b, t)), g("mha", "philox", (b, t))
         be, bt, bp = g("mha bwd", "eval", (b, t)), g("mha bwd", "train", (b, t)), g("mha bwd", "philox", (b, t))
+        fwd, core = module_flops(b, t, E, H)
+        flops = fwd + 2 * (fwd - core) + 2.5 * core
+        bound = flops / (rate * 1e6)
         print(f"{f'({b}, {t})':>10} | {te:10.1f} | {tt:11.1f} | {me:7.1f} ({be:7.1f}) | {mt:7.1f} ({bt:7.1f}) |"
-              f" {mp:7.1f} ({bp:7.1f}) | {te / me:5.2f}x | {tt / mt:6.2f}x | {tt / mp:7.2f}x")
+              f" {mp:7.1f} ({bp:7.1f}) | {te / me:5.2f}x | {tt / mt:6.2f}x | {tt / mp:7.2f}x | {bound:6.1f}ms |"
+              f" {bound / me:14.2f} / {bound / mt:5.2f} / {bound / mp:6.2f}")
         results.append(dict(b=b, t=t, torch_eval_ms=te, torch_train_ms=tt, mha_eval_ms=me, mha_train_ms=mt,
                             mha_philox_ms=mp, mha_backward_eval_ms=be, mha_backward_train_ms=bt,
-                            mha_backward_philox_ms=bp))
-    print("\nratios: torch's step / mha's (philox: against torch's training step)")
-    print(json.dumps({"backward": results}))
+                            mha_backward_philox_ms=bp, gflop=flops / 1e9, bound_ms=bound))
+    print("\nratios: torch's step / mha's (philox: against torch's training step); bound = the step's FLOPs")
+    print("(the forward's, dX and dW of the projections, 2.5x the core's forward) at the best sgemm rate above")
+    print(json.dumps({"sgemm_gflops": rate, "sgemm_best": rate_what, "sgemm_gflops_by": rates, "backward": results}))
     return 0
 
 
@@ -251,6 +325,8 @@ def main():
     ap.add_argument("--shapes", default="8x1024,1x1024,8x256")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--ort", action="store_true", help="also time ONNX Runtime's fused Attention (see above)")
+    ap.add_argument("--train", action="store_true",
+                    help="also time the forward in training mode (dropout 0.1; see above)")
     ap.add_argument("--backward", action="store_true",
                     help="compare a training step (forward + backward) with torch autograd")
     ap.add_argument("--ort-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".ort"))
@@ -285,14 +361,7 @@ def main():
         # as the user's environment configures it) in this process, then
         # bench_sgemm in its own processes: the library's backend, and
         # OpenBLAS with the best core type for this CPU.
-        keep(("sgemm", "torch"), timeit(lambda: a @ w.t(), args.repeat))
-        for what, openblas in (("mha", False), ("openblas", True)):
-            time.sleep(1.0)  # torch's worker threads go idle
-            r = bench_sgemm(args, openblas)
-            if r is not None:
-                sgemm_json[what] = r[1]
-                for shape, mn in r[0].items():
-                    keep(("sgemm", what, shape), (mn, mn))
+        measure_sgemm(args, a, w, keep, sgemm_json)
         for b, t in shapes:
             x = torch.rand(b, t, E)
             # more calls for the short shapes, so each measurement spans ~1 s
@@ -302,14 +371,25 @@ def main():
                 with torch.no_grad():
                     keep(("book", (b, t)), timeit(lambda: book_m(x), rep))
                     keep(("nn", (b, t)), timeit(lambda: nn_m(x, x, x, attn_mask=causal, need_weights=False), rep))
+                if args.train:  # the same weights, dropout 0.1 (mha bench --train's default)
+                    book_m.dropout.p = 0.1
+                    book_m.train()
+                    with torch.no_grad():
+                        keep(("book train", (b, t)), timeit(lambda: book_m(x), rep))
+                    book_m.eval()
+                    book_m.dropout.p = 0.0
             # Let torch's worker threads go idle (OpenMP and OpenBLAS spin for
             # a while after work) so they do not steal cycles from mha.
             time.sleep(1.0)
-            out = subprocess.run([args.mha, "bench", "--batch", str(b), "--tokens", str(t), "--threads", str(args.threads),
-                                  "--repeat", str(rep), "--json", "--no-check"],
-                                 capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            keep(("mha", (b, t)), (r["min_ms"], r["median_ms"]))
+            modes = (("mha", []),)
+            if args.train:
+                modes += (("mha train", ["--train"]), ("mha philox", ["--train", "--philox"]))
+            for what, flags in modes:
+                out = subprocess.run([args.mha, "bench", "--batch", str(b), "--tokens", str(t), "--threads",
+                                      str(args.threads), "--repeat", str(rep), "--json", "--no-check"] + flags,
+                                     capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                keep((what, (b, t)), (r["min_ms"], r["median_ms"]))
         if args.ort:
             time.sleep(1.0)
             ort = ort_times(args, book_m, tmpdir, shapes)
@@ -322,32 +402,9 @@ def main():
                     keep(("ort", shape), r)
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
 
-    gf = lambda ms, m, n, k: 2 * m * n * k / (ms * 1e6)
-    sgemm = {"torch": gf(best[("sgemm", "torch")][0], *SGEMM_SHAPE)}
-    for what in ("mha", "openblas"):
-        if ("sgemm", what, SGEMM_SHAPE) in best:
-            sgemm[what] = gf(best[("sgemm", what, SGEMM_SHAPE)][0], *SGEMM_SHAPE)
-    best_what = max(sgemm, key=sgemm.get)
-    sgemm_gflops = sgemm[best_what]
     print(f"torch {torch.__version__}, {args.threads} threads, "
           f"mha: {subprocess.run([args.mha, '--version'], capture_output=True, text=True).stdout.strip()}")
-    print(f"sgemm, {args.threads} threads, min over {args.rounds} rounds x {args.repeat} calls, GFLOP/s at "
-          "8192x2304x768 (x @ W^T) / 8192x768x768 (x @ W^T) / 2048^3:")
-    names = {"torch": f"torch a @ w.t() (its OpenBLAS, core {torch_openblas_core()}, "
-                      f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')})",
-             "mha": f"mha__sgemm ({sgemm_json.get('mha', {}).get('mha_blas', '?')})",
-             "openblas": f"OpenBLAS cblas_sgemm, own threads (core {sgemm_json.get('openblas', {}).get('corename', '?')}, "
-                         f"OPENBLAS_CORETYPE={best_coretype() or '(unset)'})"}
-    for what in ("torch", "mha", "openblas"):
-        if what not in sgemm:
-            print(f"  {what:>8}: not measured ({args.bench_sgemm} missing or failed)")
-            continue
-        figs = [f"{sgemm[what]:6.1f}"]
-        if what != "torch":
-            for sh in ((8192, 768, 768), (2048, 2048, 2048)):
-                figs.append(f"{gf(best[('sgemm', what, sh)][0], *sh):6.1f}")
-        print(f"  {what:>8}: {' / '.join(figs)}   {names[what]}")
-    print(f"best sgemm: {sgemm_gflops:.1f} GFLOP/s ({best_what}, 8192x2304x768): the bound below")
+    sgemm_gflops, best_what, sgemm = report_sgemm(args, best, sgemm_json)
     print()
     hdr = (f"{'(b, T)':>10} | {'torch book':>16} | {'nn.MHA':>16} | {'ORT fused':>16} | {'mha':>16} | {'book/mha':>8} |"
            f" {'nn/mha':>6} | {'ORT/mha':>7} | {'bound':>8} | {'bound/mha':>9}")
@@ -356,8 +413,7 @@ def main():
     results = []
     nan = (float("nan"), [float("nan")])
     for b, t in shapes:
-        flops = 4 * 2 * b * t * E * E + 4 * b * H * (t * (t + 1) / 2) * (E // H)
-        bound = flops / (sgemm_gflops * 1e6)
+        bound = module_flops(b, t, E, H)[0] / (sgemm_gflops * 1e6)
         book, nn_, ours = best.get(("book", (b, t)), nan), best.get(("nn", (b, t)), nan), best[("mha", (b, t))]
         ort = best.get(("ort", (b, t)), nan)
         fmt = lambda p: f"{p[0]:7.1f} ({statistics.median(p[1]):6.1f})"
@@ -369,8 +425,23 @@ def main():
     print("bound = useful FLOPs (4 projections + causal half of QK^T and PV) / the best sgemm throughput above.")
     if not have_ort:
         print("ORT: not measured (run with --ort after installing onnxruntime-node, see --help).")
+    train = []
+    if args.train:
+        print("\ntraining mode (dropout 0.1 on the attention weights), min (median) ms, the same bound:\n")
+        hdr = (f"{'(b, T)':>10} | {'torch book':>16} | {'mha torch mask':>16} | {'mha philox':>16} | {'book/mha':>8} |"
+               f" {'book/philox':>11} | {'bound':>8} | {'bound/mha':>9} | {'bound/philox':>12}")
+        print(hdr)
+        print("-" * len(hdr))
+        for b, t in shapes:
+            bound = module_flops(b, t, E, H)[0] / (sgemm_gflops * 1e6)
+            book, mt, mp = (best.get((k, (b, t)), nan) for k in ("book train", "mha train", "mha philox"))
+            fmt = lambda p: f"{p[0]:7.1f} ({statistics.median(p[1]):6.1f})"
+            print(f"{f'({b}, {t})':>10} | {fmt(book)} | {fmt(mt)} | {fmt(mp)} | {book[0] / mt[0]:7.2f}x |"
+                  f" {book[0] / mp[0]:10.2f}x | {bound:6.1f}ms | {bound / mt[0]:9.2f} | {bound / mp[0]:12.2f}")
+            train.append(dict(b=b, t=t, torch_book_train_min_ms=book[0], mha_train_min_ms=mt[0],
+                              mha_philox_min_ms=mp[0], bound_ms=bound))
     print(json.dumps({"sgemm_gflops": sgemm_gflops, "sgemm_best": best_what, "sgemm_gflops_by": sgemm,
-                      "results": results}))
+                      "results": results, "train": train}))
 
 
 if __name__ == "__main__":

@@ -306,6 +306,16 @@ size_t mha__attention_backward_workspace(const mha__attention_desc *d) {
     return bwd_plan(d, &L) ? L.total : 0;
 }
 
+/* y[0, n) += x[0, n), in groups of 8 (a loop the compiler vectorises at
+ * -O2; a plain loop over n it leaves scalar). Each element is one add, so
+ * the grouping does not change a bit. */
+static void add_row(float *restrict y, const float *restrict x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) y[i + j] += x[i + j];
+    for (; i < n; i++) y[i] += x[i];
+}
+
 mha_status mha__attention_backward(const mha__attention_desc *d, const float *dout,
                                    int64_t ld_dout, float *dqkv, void *ws, size_t ws_size) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
@@ -407,10 +417,8 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
             const int64_t b = bh / H, h = bh % H;
             for (int64_t t = 0; t < T; t++) {
                 float *dq = dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base;
-                for (int64_t c = 1; c < nc; c++) {
-                    const float *p = partial + ((c - 1) * BH + bh) * T * HD + t * HD;
-                    for (int64_t x = 0; x < HD; x++) dq[x] += p[x];
-                }
+                for (int64_t c = 1; c < nc; c++)
+                    add_row(dq, partial + ((c - 1) * BH + bh) * T * HD + t * HD, HD);
             }
         }
     }

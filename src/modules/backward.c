@@ -213,11 +213,11 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
     const mha_config *c = &m->cfg;
     const int64_t B = tape->B, T = tape->T, rows = B * T, Din = c->d_in, W = m->W, P = m->P;
     const int64_t ny = rows * W;
-    for (int64_t i = 0; i < ny; i++)
-        if (!isfinite(dy[i]))
-            return mha__fail(MHA_ERR_NONFINITE, "dy holds %s at (%lld, %lld, %lld)",
-                             isnan(dy[i]) ? "NaN" : "infinity", (long long)(i / (T * W)),
-                             (long long)(i / W % T), (long long)(i % W));
+    const int64_t i = mha__module_first_nonfinite(dy, ny);
+    if (i < ny)
+        return mha__fail(MHA_ERR_NONFINITE, "dy holds %s at (%lld, %lld, %lld)",
+                         isnan(dy[i]) ? "NaN" : "infinity", (long long)(i / (T * W)),
+                         (long long)(i / W % T), (long long)(i % W));
     mha__attention_desc d;
     mha__module_attention_desc(m, &d, B, T, &tape->opts);
     d.keep_bits = tape->bits;
