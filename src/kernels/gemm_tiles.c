@@ -34,12 +34,6 @@
 #define MHA_GEMM_TILE_N 768
 #endif
 
-/* A 16-bit weight's rows widened at a time inside a tile: the widened
- * chunk (128 rows of K floats, 1.5 MiB at K = 3072) stays in the outer
- * caches and bounds the extra memory per thread. */
-#ifndef MHA_GEMM_W16_ROWS
-#define MHA_GEMM_W16_ROWS 128
-#endif
 
 typedef struct {
     int64_t mb, nb;   /* tile size (the last row/column of tiles may be smaller) */
@@ -160,16 +154,15 @@ static bool run_tile(const gemm_job *j, int64_t t) {
         bool ok = unalias(&a, &lda, j->trans_a ? j->K : m, j->trans_a ? m : j->K, &ca) &&
                   (j->trans_b || unalias(&b, &ldb, j->K, n, &cb));
         if (ok && j->W16) {
-            /* 16-bit W: the tile's columns in fixed chunks of W's rows, each
-             * widened into one buffer (B^T's rows: packed at full speed) */
-            const int64_t cw = n < MHA_GEMM_W16_ROWS ? n : MHA_GEMM_W16_ROWS;
-            ok = (cb = mha__alloc_n((size_t)cw, (size_t)j->K * sizeof(float))) != NULL;
-            for (int64_t q0 = 0; ok && q0 < n; q0 += cw) {
-                const int64_t nq = n - q0 < cw ? n - q0 : cw;
-                for (int64_t r = 0; r < nq; r++)
-                    j->widen(cb + r * j->K, j->W16 + (c0 + q0 + r) * j->ldb, (size_t)j->K);
-                ok = j->k->gemm(false, true, m, nq, j->K, j->alpha, a, lda, cb, j->K, beta, c + q0, j->ldc);
-            }
+            /* 16-bit W: the tile's rows of W widened into one buffer (up to
+             * 768 x K floats, 9 MiB at K = 3072), then the F32 tile's very
+             * call: a backend's bits may depend on the product's N (OpenBLAS
+             * under OPENBLAS_CORETYPE=Haswell gave other bits for 128-row
+             * chunks), so the widened tile is never cut */
+            ok = (cb = mha__alloc_n((size_t)n, (size_t)j->K * sizeof(float))) != NULL;
+            for (int64_t r = 0; ok && r < n; r++)
+                j->widen(cb + r * j->K, j->W16 + (c0 + r) * j->ldb, (size_t)j->K);
+            ok = ok && j->k->gemm(false, true, m, n, j->K, j->alpha, a, lda, cb, j->K, beta, c, j->ldc);
         } else {
             ok = ok && j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, lda, b, ldb, beta, c, j->ldc);
         }
