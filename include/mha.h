@@ -13,12 +13,15 @@
  *   Parameters          one parameter set (mha_params) for modules and GPTs:
  *                       state_dict() names, data, one gradient buffer
  *   Training            tapes and backward of the modules; AdamW and SGD
- *                       (mha_optimizer) over any parameter set
+ *                       (mha_optimizer) over any parameter set; the fixed-
+ *                       order sum of window gradients (mha_tree_sum) that
+ *                       data-parallel training reduces with
  *   safetensors         reading and writing files; module save and load
  *   Chapter 4           LayerNorm, GELU, TransformerBlock, GPTModel (mha_gpt):
  *                       forward, KV cache, generation, save and load, 16-bit
  *                       (bf16/f16) weights for inference, tape, backward,
- *                       cross-entropy
+ *                       cross-entropy, a training step over a share of a
+ *                       batch (mha_gpt_loss_backward_share)
  *   Tokenizer           GPT-2's byte-level BPE (mha_tokenizer)
  *   Runtime             kernels, GEMM backend, threads
  *   Unstable            entries for tests and benchmarks (MHA_UNSTABLE)
@@ -175,6 +178,10 @@ MHA_API uint64_t mha_generator_random64(mha_generator *g);
  * DataLoader iterator draws one for its _base_seed; a shuffling
  * RandomSampler one more for its permutation's seed. */
 MHA_API int64_t mha_generator_int64(mha_generator *g);
+/* Advances g past n 32-bit outputs without producing them: g ends where n
+ * calls of mha_generator_random would leave it (a whole block of 624
+ * costs one twist). */
+MHA_API void mha_generator_skip(mha_generator *g, uint64_t n);
 /* torch.randperm(n, generator=g): out [out] (n) a permutation of 0..n-1.
  * ERR_ARGUMENT unless 0 <= n < 2^32 / 20 (torch's algorithm differs above). */
 MHA_API mha_status mha_generator_randperm(mha_generator *g, int64_t *out, int64_t n);
@@ -626,6 +633,44 @@ MHA_API mha_status mha_optimizer_save(const mha_optimizer *o, const char *path);
  * Details begin with the path. */
 MHA_API mha_status mha_optimizer_load(mha_optimizer *o, const char *path);
 
+/* A sum of vectors in one fixed binary tree over its leaves, the same
+ * bits however the leaves are shared out among processes ("parts"): what
+ * data-parallel training reduces window gradients with so that 1, 2 or N
+ * processes take the same steps (mha train GPTModel under mpirun;
+ * docs/distributed.md). Node (i, s), s a power of two, i a multiple of s:
+ * leaf i when s is 1; node (i, s/2) + node (i + s/2, s/2) elementwise in
+ * float, or node (i, s/2) alone when i + s/2 >= leaves; the sum is node
+ * (0, S), S the least power of two >= leaves. Part p of P holds leaves
+ * [floor(p L / P), floor((p + 1) L / P)) and computes the nodes whose first
+ * leaf it holds; it receives a node from a higher part and sends to a lower
+ * one through the callbacks, which the caller implements over MPI or any
+ * transport:
+ *   leaf(user, i, &v)   leaf i, one of this part's, in increasing order:
+ *                       *v its n floats, valid until the next leaf call
+ *                       (say, a parameter set's gradient buffer after the
+ *                       window's backward);
+ *   send(user, to, first, count, v)  node [first, first + count) to part
+ *                       `to`; may return before it is delivered: v stays
+ *                       unchanged until flush;
+ *   recv(user, from, first, count, v)  that node from part `from` into v
+ *                       (n floats), complete when it returns;
+ *   flush(user)         (or NULL) every send delivered; called once, last.
+ * A part only waits on higher parts and sends never wait, so no order of
+ * calls deadlocks. out [out] (n): the sum, on part 0 (ignored elsewhere; it
+ * may be the buffer a leaf lives in). send/recv may be NULL with one part.
+ * Memory: up to log2(leaves) + 1 vectors of n floats of the library's, and
+ * one per node sent. A callback's failure is returned as it is; bad
+ * arguments give ERR_ARGUMENT (1 <= parts <= leaves, 0 <= part < parts). */
+typedef struct {
+    void *user;
+    mha_status (*leaf)(void *user, int64_t i, const float **v);
+    mha_status (*send)(void *user, int to, int64_t first, int64_t count, const float *v);
+    mha_status (*recv)(void *user, int from, int64_t first, int64_t count, float *v);
+    mha_status (*flush)(void *user);
+} mha_tree_io;
+MHA_API mha_status mha_tree_sum(float *out, size_t n, int64_t leaves, int part, int parts,
+                                const mha_tree_io *io);
+
 /* ------------------------------------------------------------------------ */
 /* safetensors                                                               */
 /* ------------------------------------------------------------------------ */
@@ -994,6 +1039,40 @@ MHA_API mha_status mha_cross_entropy(float *loss, float *dlogits, const float *l
 MHA_API mha_status mha_gpt_loss_backward(mha_gpt *m, float *loss, float *logits, const int32_t *idx,
                                          const int32_t *targets, int64_t B, int64_t T,
                                          mha_generator *dropout_rng, mha_gpt_tape *tape);
+
+/* Which windows of a batch a call computes: windows [first, first + n) of
+ * a batch of `batch` windows (0 <= first, first + n <= batch), and the
+ * mean's divisor: the counted targets of the batch, or of all the batches
+ * one optimizer step accumulates (0: batch * T, every target counted, as a
+ * training text's windows are). */
+typedef struct {
+    int64_t batch;
+    int64_t first;
+    int64_t targets;
+} mha_batch_share;
+
+/* mha_gpt_loss_backward over a share of a batch: idx and targets [in]
+ * (n, T) are windows share->first ... of the batch. Dropout draws exactly
+ * what the whole batch's forward draws (every site's mask for all `batch`
+ * windows, in order, from dropout_rng), these windows' part used, so the
+ * generator ends where the whole batch's forward leaves it. loss_sum [out]:
+ * the n * T rows' cross-entropies added in row order (double); the batch's
+ * mean loss is the shares' sums added in window order over
+ * share->targets. The parameters' gradients accumulate ([acc]) these rows'
+ * part of the gradient of that mean. One window per call, each window's
+ * gradient then summed with mha_tree_sum, gives a step whose bits do not
+ * depend on how the windows are shared among processes. Errors as
+ * mha_gpt_loss_backward's; ERR_SHAPE when the windows lie outside the
+ * batch, ERR_ARGUMENT when targets is fewer than these windows count. */
+/* The 32-bit generator outputs a training-mode forward of (B, T) windows
+ * draws (every dropout site's mask: two per element); 0 when drop_rate is
+ * 0. With mha_generator_skip, where the k-th of several batches' forwards
+ * starts. ERR_OVERFLOW past 2^64. */
+MHA_API mha_status mha_gpt_dropout_draws(const mha_gpt *m, int64_t B, int64_t T, uint64_t *out);
+MHA_API mha_status mha_gpt_loss_backward_share(mha_gpt *m, double *loss_sum, const int32_t *idx,
+                                               const int32_t *targets, int64_t n, int64_t T,
+                                               const mha_batch_share *share,
+                                               mha_generator *dropout_rng, mha_gpt_tape *tape);
 
 /* ------------------------------------------------------------------------ */
 /* Tokenizer: GPT-2's byte-level BPE                                         */

@@ -91,6 +91,7 @@ static void tour_generator(void) {
     for (int i = 0; i < 5; i++) seen |= perm[i] >= 0 && perm[i] < 5 ? (int64_t)1 << perm[i] : 0;
     CHECK(seen == 31, "randperm is a permutation");
     CHECK(mha_generator_randperm(h, perm, -1) == MHA_ERR_ARGUMENT, "randperm n < 0 refused");
+    mha_generator_skip(h, 1000); /* where 1000 draws leave it */
     mha_generator_free(h);
     mha_generator_free(g);
 
@@ -241,6 +242,13 @@ static void tour_module(void) {
     mha_generator_free(g);
 }
 
+/* mha_tree_sum's leaf: the one vector, user's */
+static mha_status tour_leaf(void *user, int64_t i, const float **v) {
+    (void)i;
+    *v = user;
+    return MHA_OK;
+}
+
 static void tour_gpt(void) {
     mha_gpt_kind kind;
     OK(mha_gpt_kind_from_name(mha_gpt_kind_name(MHA_GPT_MODEL), &kind));
@@ -324,6 +332,18 @@ static void tour_gpt(void) {
     OK(mha_gpt_backward(tied, tape, dlogits));
     OK(mha_gpt_loss_backward(tied, &loss, NULL, ids, targets, 2, 3, NULL, tape));
     CHECK(loss > 0.0f, "loss %g", (double)loss);
+    /* data parallel: the second window of the batch alone, summed in the
+     * fixed tree (one part, one leaf: the gradient buffer itself) */
+    double loss_sum = 0.0;
+    uint64_t draws = 1;
+    OK(mha_gpt_dropout_draws(tied, 2, 3, &draws));
+    CHECK(draws % 2 == 0, "two outputs a mask element (%llu)", (unsigned long long)draws);
+    const mha_batch_share second = {.batch = 2, .first = 1, .targets = 5};
+    OK(mha_gpt_loss_backward_share(tied, &loss_sum, ids + 3, targets + 3, 1, 3, &second, NULL, tape));
+    size_t n_grad = 0;
+    float *grad_buf = mha_params_grad_buffer(mha_gpt_params(tied), &n_grad);
+    const mha_tree_io tio = {.user = grad_buf, .leaf = tour_leaf};
+    OK(mha_tree_sum(grad_buf, n_grad, 1, 0, 1, &tio));
     OK(mha_params_grad(mha_gpt_params(tied), 0, &p));
     OK(mha_params_find_grad(mha_gpt_params(tied), "out_head.weight", &p));
     mha_adamw_config gac;

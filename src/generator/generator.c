@@ -149,6 +149,27 @@ void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
     }
 }
 
+/* random_bulk's bookkeeping without the tempering: n outputs consumed,
+ * none produced. Whole blocks cost one twist each. */
+void mha_generator_skip(mha_generator *g, uint64_t n) { mha__generator_skip(g, n); }
+
+void mha__generator_skip(mha_generator *g, uint64_t n) {
+    if (g == NULL || n == 0) return;
+    const mha__kernels *k = mha__kernels_active();
+    uint64_t take = (uint64_t)(g->left - 1);
+    if (take > n) take = n;
+    g->next += (int)take;
+    g->left -= (int)take;
+    n -= take;
+    while (n > 0) {
+        const uint64_t m = n < MT_N ? n : MT_N;
+        k->mt_twist(g->state);
+        g->next = (int)m;
+        g->left = MT_N + 1 - (int)m;
+        n -= m;
+    }
+}
+
 /* Exactness of the integer keep test (mha__dropout_keep is U53() < q with
  * q = 1 - p in double):
  *  1. U53 = v * 2^-53 with v = ((hi & 0x1FFFFF) << 32) | lo, an integer in

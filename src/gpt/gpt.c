@@ -426,12 +426,30 @@ typedef struct {
     int64_t B, T;      /* rows = B * (T - t0): the rows computed */
     int64_t t0;        /* first position computed (cache: the cached length) */
     mha_generator *g;  /* training-mode masks, or NULL */
+    double drop_rate;
     bool drop;         /* g and drop_rate > 0 */
+    int64_t win0, wins; /* these B windows are [win0, win0 + B) of a batch of wins (0: B) */
     bool cache;        /* keys and values in m->kv (B == 1) */
     float *ctx;        /* (rows, E) a residual branch's product (scratch) */
     void *att_ws;
     size_t att_ws_size;
 } pass;
+
+/* Skips the draws of the batch's windows before p's (before) or after
+ * them, `per` u53 (two outputs) per window: a dropout site draws for the
+ * whole batch, in window order, whichever windows this pass computes. */
+static void skip_windows(const pass *p, int64_t per, bool before) {
+    if (!p->wins) return;
+    const int64_t n = before ? p->win0 : p->wins - p->win0 - p->B;
+    mha__generator_skip(p->g, 2 * (uint64_t)n * (uint64_t)per);
+}
+
+/* A dropout site's keep bits for p's rows (rows * E per window of T rows). */
+static void draw_keep(const pass *p, uint64_t *keep, int64_t n) {
+    skip_windows(p, n / p->B, true);
+    mha__generator_keep_bits(p->g, keep, (size_t)n, p->drop_rate);
+    skip_windows(p, n / p->B, false);
+}
 
 /* dst (rows, E) = src + drop(A W^T + bias), W (E, K): the residual add (and
  * the branch's dropout, its mask drawn first into keep, as PyTorch draws it
@@ -445,7 +463,7 @@ static mha_status residual_linear(const mha_gpt *m, const pass *p, float *dst, c
     mha__gemm_epilogue e = {.kind = MHA_EPI_RESIDUAL, .bias = bias, .x = dst, .ldx = E};
     if (p->drop) {
         const double pd = m->cfg.drop_rate;
-        mha__generator_keep_bits(p->g, keep, (size_t)(rows * E), pd);
+        draw_keep(p, keep, rows * E);
         e.keep = (mha__keep_view){.bits = keep, .bit0 = 0, .ld = E, .scale = mha__dropout_scale(pd)};
     }
     return mha__linear_w(rows, E, K, A, lda, W, NULL, p->ctx, E, &e);
@@ -489,7 +507,9 @@ static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, f
         d.stats = a->stats;
         d.keep_bits = a->abits;
     }
+    if (p->drop) skip_windows(p, m->H * p->T * p->T, true);
     if ((st = mha__attention_forward(&d, p->att_ws, p->att_ws_size)) != MHA_OK) return st;
+    if (p->drop) skip_windows(p, m->H * p->T * p->T, false);
     const float *ctx = p->cache ? m->kq + p->t0 * E : d.o;
     if ((st = residual_linear(m, p, a->x1, a->x, rows, E, ctx, d.ldo, &b->out, b->b_out, a->kb1)) != MHA_OK)
         return st;
@@ -519,7 +539,7 @@ static void embed(const mha_gpt *m, const pass *p, float *x, const int32_t *ids,
                 x[r * E + e] = m->tok_emb[(int64_t)ids[r] * E + e] + m->pos_emb[(p->t0 + r % n) * E + e];
     }
     if (p->drop) {
-        mha__generator_keep_bits(p->g, keep, (size_t)(rows * E), m->cfg.drop_rate);
+        draw_keep(p, keep, rows * E);
         mha__dropout_apply_n(x, x, keep, (size_t)(rows * E), mha__dropout_scale(m->cfg.drop_rate));
     }
 }
@@ -702,7 +722,7 @@ static mha_status trainable(const mha_gpt *m) {
  * of each sequence's last; with a tape, everything the backward needs is
  * kept in it (logits NULL allowed: then only the tape's). */
 static mha_status model_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, bool last_only,
-                                mha_generator *g, mha_gpt_tape *t) {
+                                mha_generator *g, mha_gpt_tape *t, int64_t win0, int64_t wins) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
     if (t) t->m = NULL;
@@ -713,7 +733,8 @@ static mha_status model_forward(mha_gpt *m, float *logits, const int32_t *idx, i
     if (st == MHA_OK && t) st = trainable(m);
     if (st != MHA_OK) return st;
     const int64_t E = m->E, rows = B * T;
-    pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0};
+    pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0, .drop_rate = m->cfg.drop_rate,
+              .win0 = win0, .wins = wins};
     mha__gpt_acts a;
     float *x, *h;
     uint64_t *kb;
@@ -753,7 +774,7 @@ static mha_status blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B
     if (st == MHA_OK) st = mha__gpt_check_finite(x, n, "input x");
     if (st == MHA_OK && t) st = trainable(m);
     if (st != MHA_OK) return st;
-    pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0};
+    pass p = {.B = B, .T = T, .g = g, .drop = g && m->cfg.drop_rate > 0.0, .drop_rate = m->cfg.drop_rate};
     mha__gpt_acts a;
     float *unused;
     if (t) {
@@ -774,13 +795,34 @@ static mha_status blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B
 
 mha_status mha_gpt_forward(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T, int last_only,
                            mha_generator *dropout_rng) {
-    return model_forward(m, logits, idx, B, T, last_only != 0, dropout_rng, NULL);
+    return model_forward(m, logits, idx, B, T, last_only != 0, dropout_rng, NULL, 0, 0);
 }
 
 mha_status mha_gpt_forward_tape(mha_gpt *m, float *logits, const int32_t *idx, int64_t B, int64_t T,
                                 mha_generator *dropout_rng, mha_gpt_tape *tape) {
     if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
-    return model_forward(m, logits, idx, B, T, false, dropout_rng, tape);
+    return model_forward(m, logits, idx, B, T, false, dropout_rng, tape, 0, 0);
+}
+
+mha_status mha_gpt_dropout_draws(const mha_gpt *m, int64_t B, int64_t T, uint64_t *out) {
+    if (!m || !out) return mha__fail(MHA_ERR_ARGUMENT, "model or out is NULL");
+    *out = 0;
+    if (B < 0 || T < 0) return mha__fail(MHA_ERR_SHAPE, "B (%lld) and T (%lld) must not be negative", (long long)B, (long long)T);
+    if (m->cfg.drop_rate <= 0.0) return MHA_OK;
+    /* per window: drop_emb (T E); per block the attention weights (H T T)
+     * and two drop_shortcut (T E each); two outputs per element */
+    const long double per = (long double)T * (long double)m->E * (long double)((is_model(&m->cfg) ? 1 : 0) + 2 * m->L) +
+                            (long double)m->L * (long double)m->H * (long double)T * (long double)T;
+    const long double n = 2.0L * per * (long double)B;
+    if (n >= 18446744073709551616.0L) return mha__fail(MHA_ERR_OVERFLOW, "%lld windows' draws overflow 64 bits", (long long)B);
+    *out = (uint64_t)n;
+    return MHA_OK;
+}
+
+mha_status mha__gpt_forward_share(mha_gpt *m, const int32_t *idx, int64_t n, int64_t T, int64_t first,
+                                  int64_t batch, mha_generator *dropout_rng, mha_gpt_tape *tape) {
+    if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
+    return model_forward(m, NULL, idx, n, T, false, dropout_rng, tape, first, batch);
 }
 
 mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T,

@@ -31,16 +31,12 @@ static mha_status count_targets(const int32_t *targets, int64_t N, int64_t V, in
     return MHA_OK;
 }
 
-mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, const int32_t *targets, int64_t N,
-                             int64_t V) {
-    if (!loss || !logits || !targets) return mha__fail(MHA_ERR_ARGUMENT, "loss, logits or targets is NULL");
-    if (N < 1 || V < 1) return mha__fail(MHA_ERR_SHAPE, "rows (%lld) and classes (%lld) must be positive", (long long)N, (long long)V);
-    int64_t count = 0;
-    mha_status st = count_targets(targets, N, V, &count);
-    if (st != MHA_OK) return st;
+/* *sum = the rows' losses added in row order (double); dlogits (or NULL)
+ * their gradient scaled by inv, 1 / the mean's divisor. Targets checked. */
+static mha_status cross_entropy_sum(double *sum_out, float *dlogits, const float *logits, const int32_t *targets,
+                                    int64_t N, int64_t V, double inv) {
     double *row = mha__alloc((size_t)N * sizeof(double));
     if (!row) return mha__nomem("out of memory allocating the loss of %lld rows", (long long)N);
-    const double inv = 1.0 / (double)count;
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if ((double)N * (double)V > 1e5)
 #endif
@@ -69,8 +65,52 @@ mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, c
     double sum = 0.0;
     for (int64_t r = 0; r < N; r++) sum += row[r];
     mha__free(row);
+    *sum_out = sum;
+    return MHA_OK;
+}
+
+mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, const int32_t *targets, int64_t N,
+                             int64_t V) {
+    if (!loss || !logits || !targets) return mha__fail(MHA_ERR_ARGUMENT, "loss, logits or targets is NULL");
+    if (N < 1 || V < 1) return mha__fail(MHA_ERR_SHAPE, "rows (%lld) and classes (%lld) must be positive", (long long)N, (long long)V);
+    int64_t count = 0;
+    mha_status st = count_targets(targets, N, V, &count);
+    if (st != MHA_OK) return st;
+    const double inv = 1.0 / (double)count;
+    double sum = 0.0;
+    if ((st = cross_entropy_sum(&sum, dlogits, logits, targets, N, V, inv)) != MHA_OK) return st;
     *loss = (float)(sum * inv);
     return MHA_OK;
+}
+
+mha_status mha_gpt_loss_backward_share(mha_gpt *m, double *loss_sum, const int32_t *idx, const int32_t *targets,
+                                       int64_t n, int64_t T, const mha_batch_share *share, mha_generator *dropout_rng,
+                                       mha_gpt_tape *tape) {
+    if (!m || !loss_sum || !targets || !share) return mha__fail(MHA_ERR_ARGUMENT, "model, loss_sum, targets or share is NULL");
+    if (m->cfg.kind != MHA_GPT_MODEL) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock has no logits");
+    int64_t count;
+    mha_status st = mha__gpt_check_tokens(m, n, T);
+    if (st != MHA_OK) return st;
+    if (share->batch < 1 || share->first < 0 || share->first > share->batch - n)
+        return mha__fail(MHA_ERR_SHAPE, "windows [%lld, %lld) are not inside a batch of %lld", (long long)share->first,
+                         (long long)(share->first + n), (long long)share->batch);
+    if ((double)share->batch * (double)T > (double)INT64_MAX / 2)
+        return mha__fail(MHA_ERR_OVERFLOW, "a batch of %lld windows of %lld tokens overflows", (long long)share->batch,
+                         (long long)T);
+    if ((st = count_targets(targets, n * T, m->V, &count)) != MHA_OK) return st; /* before any draw */
+    const int64_t total = share->targets ? share->targets : share->batch * T;
+    if (total < count)
+        return mha__fail(MHA_ERR_ARGUMENT, "the mean's %lld targets are fewer than these windows' %lld", (long long)total,
+                         (long long)count);
+    st = mha__gpt_forward_share(m, idx, n, T, share->first, share->batch, dropout_rng, tape);
+    if (st != MHA_OK) return st;
+    if ((st = cross_entropy_sum(loss_sum, tape->logits, tape->logits, targets, n * T, m->V, 1.0 / (double)total)) != MHA_OK) {
+        tape->m = NULL;
+        return st;
+    }
+    st = mha__gpt_model_backward(m, tape, tape->logits);
+    tape->m = NULL; /* consumed (the logits are now their gradient) */
+    return st;
 }
 
 mha_status mha_gpt_loss_backward(mha_gpt *m, float *loss, float *logits, const int32_t *idx, const int32_t *targets,
