@@ -1,6 +1,7 @@
 /* cli.c — what every command shares: one-line errors and strict option
  * parsing. */
 #include "cli.h"
+#include "dist.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,10 +14,12 @@
 _Noreturn void cli_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("mha: error: ", stderr);
+    if (cli_dist_size() > 1 && cli_dist_rank() > 0) fprintf(stderr, "mha: rank %d: error: ", cli_dist_rank());
+    else fputs("mha: error: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    cli_dist_abort(1); /* under mpirun: the other ranks end too */
     exit(1);
 }
 

@@ -24,6 +24,7 @@
  * without it removes them: a crash at any point leaves either the previous
  * checkpoint or the new one, whole. */
 #include "cli.h"
+#include "dist.h"
 #include "svg.h"
 
 #include <dirent.h>
@@ -74,10 +75,12 @@ typedef struct {
     int64_t context, batch, eval_freq, eval_iter, sample_tokens;
     uint64_t seed;
     const char *start_context;
+    int64_t accum;      /* batches per optimizer step (--accum) */
+    bool allreduce;     /* --reduce allreduce: MPI's sum, not the fixed tree */
     /* not part of the bits */
     const char *text, *weights, *out, *vocab;
     int64_t epochs, save_every;
-    bool resume, json;
+    bool resume, json, given_accum, given_reduce;
     /* which were given on the command line */
     bool given_train_ratio, given_context, given_batch, given_lr, given_weight_decay, given_eval_freq,
         given_eval_iter, given_seed, given_start_context, given_sample_tokens, given_text, given_cfg,
@@ -90,6 +93,7 @@ static void usage(void) {
          "           [--epochs 10] [--batch 2] [--lr 4e-4] [--weight-decay 0.1] [--train-ratio 0.90]\n"
          "           [--eval-freq 5] [--eval-iter 5] [--seed 123] [--start-context TEXT]\n"
          "           [--sample-tokens 50] [--save-every N] [--threads N] [--json] [--vocab DIR]\n"
+         "           [--accum 1] [--reduce tree|allreduce]\n"
          "           [init GPTModel's options: --context-length 256 --vocab-size 50257 --emb-dim 768\n"
          "            --n-heads 12 --n-layers 12 --drop-rate 0.1 --qkv-bias false]\n\n"
          "Chapter 5's pretraining: the book's train_model_simple on TEXT (default the repository's\n"
@@ -112,7 +116,15 @@ static void usage(void) {
          "not given are the run's, options given must be. --json: the last line of stdout is\n"
          "{\"log\": [{\"epoch\", \"step\", \"train_loss\", \"val_loss\", \"tokens_seen\"}...], \"samples\",\n"
          "\"train_s\" (this run's wall time), \"tokens_per_s\" (training tokens / train_s),\n"
-         "\"step_ms_median\", \"peak_rss_mib\"}.");
+         "\"step_ms_median\", \"peak_rss_mib\", \"ranks\"}.\n\n"
+         "--accum K: one AdamW step per K batches (the last of an epoch may have fewer), the mean\n"
+         "loss over all their windows; eval, samples and --save-every count steps.\n"
+         "Under mpirun (mpirun -np N mha train GPTModel ...; as root add --allow-run-as-root) the N\n"
+         "processes share each batch's windows, --batch staying the whole batch: each window's\n"
+         "gradient is summed in one fixed tree (mha_tree_sum), so losses, weights and checkpoints\n"
+         "have the same bits for any N and without mpirun. --reduce allreduce sums each process's\n"
+         "windows with MPI_Allreduce instead (less memory, bits that depend on N). --threads is per\n"
+         "process; rank 0 prints and writes the files (docs/distributed.md).");
 }
 
 static double parse_double(const char *opt, const char *v, double lo, double hi, bool open_lo, bool open_hi) {
@@ -130,7 +142,7 @@ static double parse_double(const char *opt, const char *v, double lo, double hi,
 static void parse_opts(opts *o, int argc, char **argv) {
     *o = (opts){.train_ratio = 0.90, .lr = 4e-4, .weight_decay = 0.1, .context = 256, .batch = 2,
                 .eval_freq = 5, .eval_iter = 5, .sample_tokens = 50, .seed = 123,
-                .start_context = "Every effort moves you", .out = "mha-train-gpt", .epochs = 10};
+                .start_context = "Every effort moves you", .out = "mha-train-gpt", .epochs = 10, .accum = 1};
     mha_gpt_config_init(&o->cfg, MHA_GPT_MODEL);
     o->cfg.context_length = 256;
     const int64_t big = (int64_t)1 << 40;
@@ -175,6 +187,12 @@ static void parse_opts(opts *o, int argc, char **argv) {
             o->seed = cli_parse_seed(a, v), o->given_seed = true, i++;
         } else if (!strcmp(a, "--threads")) {
             cli_check(mha_runtime_set_threads((int)cli_parse_int(a, v, 1, 1024)), "--threads"), i++;
+        } else if (!strcmp(a, "--accum")) {
+            o->accum = cli_parse_int(a, v, 1, 1 << 20), o->given_accum = true, i++;
+        } else if (!strcmp(a, "--reduce")) {
+            if (!v || (strcmp(v, "tree") != 0 && strcmp(v, "allreduce") != 0))
+                cli_die("--reduce: '%s' is not tree or allreduce", v ? v : "");
+            o->allreduce = !strcmp(v, "allreduce"), o->given_reduce = true, i++;
         } else if (!strcmp(a, "--resume")) {
             o->resume = true;
         } else if (!strcmp(a, "--json")) {
@@ -188,6 +206,7 @@ static void parse_opts(opts *o, int argc, char **argv) {
 }
 
 /* ---- files ----------------------------------------------------------------- */
+
 
 static char *path_in(const char *dir, const char *name) {
     const size_t n = strlen(dir) + strlen(name) + 2;
@@ -439,7 +458,7 @@ static void write_json(FILE *f, const void *user) {
     put_num(f, median_ms(j->t));
     fputs(", \"peak_rss_mib\": ", f);
     put_num(f, cli_peak_rss_mib());
-    fputs("}\n", f);
+    fprintf(f, ", \"ranks\": %d}\n", cli_dist_size());
 }
 
 /* ---- the training state file ----------------------------------------------- */
@@ -479,6 +498,8 @@ static void save_state(const char *path, const state_src *x) {
     META_i("pos_batch", s->batch);
     META_i("global_step", s->global_step);
     META_i("tokens_seen", s->tokens_seen);
+    META_i("accum", o->accum);
+    META_s("reduce", o->allreduce ? "allreduce" : "tree");
     META_i("text_bytes", x->text_bytes);
     snprintf(vals[k], 40, "%016llx", (unsigned long long)x->text_hash);
     META_s("text_fnv1a", vals[k++]);
@@ -579,6 +600,21 @@ static void load_state(const char *path, opts *o, run_state *s, uint8_t *gs, uin
     INT_KEY("global_step", s->global_step, -1)
     INT_KEY("tokens_seen", s->tokens_seen, 0)
 #undef INT_KEY
+    /* a run from before --accum and --reduce: one step per batch, the
+     * whole batch's gradient at once, which is --reduce allreduce alone */
+    int64_t accum = 1;
+    if (mha_st_metadata(st, "accum") && mha_st_metadata_int(st, "accum", 1, 1 << 20, &accum) != MHA_OK)
+        cli_die("%s: %s", path, mha_last_error());
+    if (o->given_accum && accum != o->accum)
+        cli_die("%s: the run in this directory has --accum %lld, not %lld", path, (long long)accum, (long long)o->accum);
+    o->accum = accum;
+    const char *red = mha_st_metadata(st, "reduce");
+    const bool allreduce = red ? !strcmp(red, "allreduce") : true;
+    if (red && !allreduce && strcmp(red, "tree") != 0) cli_die("%s: reduce '%s' is not tree or allreduce", path, red);
+    if (o->given_reduce && allreduce != o->allreduce)
+        cli_die("%s: the run in this directory has --reduce %s, not %s", path, allreduce ? "allreduce" : "tree",
+                o->allreduce ? "allreduce" : "tree");
+    o->allreduce = allreduce;
     mha_st_tensor t;
     if (mha_st_find(st, "generator", &t) != MHA_OK || t.dtype != MHA_DTYPE_U8 || t.ndim != 1 ||
         t.shape[0] != MHA_GENERATOR_STATE_BYTES)
@@ -638,15 +674,22 @@ static double loader_loss(ctx *c, const dataset *d, bool shuffle, int64_t eval_i
         for (int64_t i = 0; i < d->n_windows; i++) order[i] = i;
     }
     const int64_t nb = eval_iter < n_batches ? eval_iter : n_batches;
-    double total = 0.0;
-    for (int64_t b = 0; b < nb; b++) {
+    /* batch b on rank b mod N; each batch's loss the same on any rank,
+     * gathered (the others' zeros) and added in batch order */
+    double *each = calloc((size_t)nb, sizeof(double));
+    if (!each) cli_die("out of memory");
+    for (int64_t b = cli_dist_rank(); b < nb; b += cli_dist_size()) {
         const int64_t rows = b * c->B + c->B <= d->n_windows ? c->B : d->n_windows - b * c->B;
         fill_batch(d, order + b * c->B, rows, c->x, c->y);
         cli_check(mha_gpt_forward(c->m, c->logits, c->x, rows, c->T, 0, NULL), "forward");
         float loss = 0.0f;
         cli_check(mha_cross_entropy(&loss, NULL, c->logits, c->y, rows * c->T, c->V), "loss");
-        total += (double)loss;
+        each[b] = (double)loss;
     }
+    cli_dist_gather_sum(each, (size_t)nb);
+    double total = 0.0;
+    for (int64_t b = 0; b < nb; b++) total += each[b];
+    free(each);
     return total / (double)nb;
 }
 
@@ -671,6 +714,108 @@ static void sample(ctx *c, const mha_tokenizer *tk, const char *start, int64_t n
     free(text);
     free(out);
     free(prompt);
+}
+
+/* ---- one optimizer step's gradient -------------------------------------------- */
+
+/* The step's windows: k batches of B from batch b0 of the epoch's order,
+ * leaf i = batch i / B, window i % B (the loader's order). With the tree
+ * (the default) each window's gradient is one leaf of mha_tree_sum, on the
+ * rank that holds it, so the sum's bits do not depend on the ranks; with
+ * --reduce allreduce each rank's windows of a batch are one forward and
+ * the ranks' sums MPI's. Every window's dropout masks are the whole
+ * batch's forward's (mha_gpt_loss_backward_share), batch j's forward
+ * starting j * draws after the step's start; every rank leaves the
+ * generator where the k forwards leave it. */
+typedef struct {
+    ctx *c;
+    mha_params *ps;
+    mha_gpt_tape *tape;
+    const int64_t *perm;
+    int64_t b0, k;
+    uint8_t start[MHA_GENERATOR_STATE_BYTES];
+    uint64_t draws;    /* one batch's forward */
+    int64_t batch_set; /* the batch the generator stands at the start of (-1: none) */
+    double *leaf_loss; /* (k B) each leaf's cross-entropy sum; 0 where another rank's */
+    float *grad;
+    bool allreduce;
+    mha_status fail;   /* this rank's first failure in a leaf */
+} step_ctx;
+
+/* The generator at the start of batch j's forward. */
+static void seek_batch(step_ctx *sc, int64_t j) {
+    if (sc->batch_set == j) return;
+    cli_check(mha_generator_set_state(sc->c->g, sc->start, sizeof sc->start), "generator");
+    for (int64_t i = 0; i < j; i++) mha_generator_skip(sc->c->g, sc->draws);
+    sc->batch_set = j;
+}
+
+static mha_status step_leaf(void *user, int64_t i, const float **v) {
+    step_ctx *sc = user;
+    ctx *c = sc->c;
+    const int64_t j = i / c->B, w = i % c->B;
+    seek_batch(sc, j);
+    fill_batch(c->train, sc->perm + (sc->b0 + j) * c->B + w, 1, c->x, c->y);
+    mha_status st = mha_params_zero_grad(sc->ps);
+    const mha_batch_share sh = {.batch = c->B, .first = w, .targets = sc->k * c->B * c->T};
+    if (st == MHA_OK) st = mha_gpt_loss_backward_share(c->m, &sc->leaf_loss[i], c->x, c->y, 1, c->T, &sh, c->g, sc->tape);
+    sc->batch_set = st == MHA_OK ? j + 1 : -1; /* the forward drew batch j's draws */
+    /* a failure is kept, not returned: the tree goes on, so that no other
+     * rank waits for this one's nodes; the ranks agree on it after */
+    if (st != MHA_OK && sc->fail == MHA_OK) sc->fail = st;
+    *v = sc->grad;
+    return MHA_OK;
+}
+
+/* Every rank's first failure: this rank's own, or the worst code of any. */
+static mha_status agree(mha_status st) {
+    const int worst = cli_dist_max(st == MHA_OK ? 0 : -(int)st);
+    return st != MHA_OK ? st : (mha_status)-worst;
+}
+
+/* Runs the step's forwards and backwards and leaves the summed gradient
+ * in every rank's gradients; the mean loss in *loss. */
+static mha_status step_gradient(step_ctx *sc, float *loss) {
+    ctx *c = sc->c;
+    const int64_t B = c->B, L = sc->k * B;
+    const int rank = cli_dist_rank(), ranks = cli_dist_size();
+    size_t n = 0;
+    sc->grad = mha_params_grad_buffer(sc->ps, &n);
+    if (!sc->grad) return MHA_ERR_NOMEM;
+    cli_check(mha_generator_get_state(c->g, sc->start, sizeof sc->start), "generator");
+    cli_check(mha_gpt_dropout_draws(c->m, B, c->T, &sc->draws), "dropout draws");
+    sc->batch_set = 0;
+    sc->fail = MHA_OK;
+    memset(sc->leaf_loss, 0, (size_t)L * sizeof(double));
+    mha_status st = MHA_OK;
+    if (!sc->allreduce) {
+        mha_tree_io io;
+        cli_dist_tree_io(&io, n, step_leaf, sc);
+        st = mha_tree_sum(sc->grad, n, L, rank, ranks, &io);
+        cli_check(st, "gradient sum"); /* its own buffers: dies (and ends the job) */
+        if ((st = agree(sc->fail)) != MHA_OK) return st;
+        cli_dist_bcast(sc->grad, n, 0);
+    } else {
+        /* this rank's windows [lo, hi) of each batch, one share a batch */
+        const int64_t lo = (int64_t)rank * B / ranks, hi = (int64_t)(rank + 1) * B / ranks;
+        st = mha_params_zero_grad(sc->ps);
+        for (int64_t j = 0; j < sc->k && st == MHA_OK && hi > lo; j++) {
+            seek_batch(sc, j);
+            fill_batch(c->train, sc->perm + (sc->b0 + j) * B + lo, hi - lo, c->x, c->y);
+            const mha_batch_share sh = {.batch = B, .first = lo, .targets = sc->k * B * c->T};
+            st = mha_gpt_loss_backward_share(c->m, &sc->leaf_loss[j * B + lo], c->x, c->y, hi - lo, c->T, &sh, c->g,
+                                             sc->tape);
+            sc->batch_set = j + 1;
+        }
+        if ((st = agree(st)) != MHA_OK) return st;
+        cli_dist_allreduce(sc->grad, n);
+    }
+    seek_batch(sc, sc->k); /* every rank: past the step's k forwards */
+    cli_dist_gather_sum(sc->leaf_loss, (size_t)L);
+    double sum = 0.0;
+    for (int64_t i = 0; i < L; i++) sum += sc->leaf_loss[i];
+    *loss = (float)(sum / (double)(L * c->T));
+    return MHA_OK;
 }
 
 /* ---- checkpoints ----------------------------------------------------------- */
@@ -780,10 +925,16 @@ static void fmt_time(char *b, size_t n, double s) {
 }
 
 int mha_cli_train_gpt(int argc, char **argv) {
+    cli_dist_init(&argc, &argv); /* under mpirun: this rank joins the job */
+    const bool lead = cli_dist_rank() == 0; /* prints and writes the files */
     opts o;
     parse_opts(&o, argc, argv);
     const char *dir = o.out;
-    if (!o.resume && mkdir(dir, 0777) != 0 && errno != EEXIST) cli_die("%s: cannot create: %s", dir, strerror(errno));
+    if (o.batch < cli_dist_size())
+        cli_die("--batch %lld is smaller than the %d processes mpirun started: each needs a window of every batch",
+                (long long)o.batch, cli_dist_size());
+    if (lead && !o.resume && mkdir(dir, 0777) != 0 && errno != EEXIST)
+        cli_die("%s: cannot create: %s", dir, strerror(errno));
     char *commit = path_in(dir, "checkpoint.commit"), *state_path = path_in(dir, "train.safetensors");
     run_state s = {.global_step = -1};
     uint8_t gstate[MHA_GENERATOR_STATE_BYTES];
@@ -791,7 +942,8 @@ int mha_cli_train_gpt(int argc, char **argv) {
     int64_t want_bytes = -1;
     if (o.resume) {
         if (!exists(state_path) && !exists(commit)) cli_die("--resume: %s holds no run of mha train GPTModel", dir);
-        recover(dir);
+        if (lead) recover(dir);
+        (void)cli_dist_max(0); /* the others read what rank 0 recovered */
         load_state(state_path, &o, &s, gstate, &want_hash, &want_bytes);
     } else {
         for (int k = 0; k < N_CKPT; k++) {
@@ -801,7 +953,7 @@ int mha_cli_train_gpt(int argc, char **argv) {
                         CKPT_FILES[k]);
             free(p);
         }
-        recover(dir); /* .next files of a run that never committed */
+        if (lead) recover(dir); /* .next files of a run that never committed */
     }
     if (!o.text) o.text = default_text();
 
@@ -896,6 +1048,8 @@ int mha_cli_train_gpt(int argc, char **argv) {
              .perm_scratch = cli_malloc((size_t)most * sizeof(int64_t))};
     mha_gpt_tape *tape = NULL;
     cli_check(mha_gpt_tape_create(&tape), "tape");
+    step_ctx sc = {.c = &c, .ps = ps, .tape = tape, .allreduce = o.allreduce,
+                   .leaf_loss = cli_malloc((size_t)(o.accum * B) * sizeof(double))};
     timing tm = {.t0 = now_s()};
     tm.cap_steps = (o.epochs - s.epoch) * n_batches + 1;
     tm.step_ms = cli_malloc((size_t)tm.cap_steps * sizeof(double));
@@ -903,14 +1057,16 @@ int mha_cli_train_gpt(int argc, char **argv) {
               .st = {.o = &o, .s = &s, .g = g, .text_hash = fnv1a(text, len), .text_bytes = (int64_t)len,
                      .n_train_windows = train.n_windows}};
     int64_t last_saved = s.global_step;
-    const bool tty = isatty(STDOUT_FILENO);
-    if (isatty(STDERR_FILENO))
+    const bool tty = lead && isatty(STDOUT_FILENO) && !cli_dist_launched(); /* mpirun's pty is no terminal's */
+    if (lead && isatty(STDERR_FILENO))
         fprintf(stderr, "GPTModel: %lld parameters (V %lld, C %lld, E %lld, %lld heads, %lld layers, drop %g%s); "
-                        "%s: train %lld tokens (%lld batches of %lld x %lld), val %lld tokens; threads %d, kernels %s%s\n",
+                        "%s: train %lld tokens (%lld batches of %lld x %lld), val %lld tokens; %d process%s x %d threads, "
+                        "kernels %s%s\n",
                 (long long)mha_params_scalars(ps), (long long)V, (long long)mc->context_length, (long long)mc->emb_dim,
                 (long long)mc->n_heads, (long long)mc->n_layers, mc->drop_rate, mha_gpt_head_tied(m) ? ", tied head" : "",
                 o.text, (long long)(n_batches * B * T), (long long)n_batches, (long long)B, (long long)T,
-                (long long)(val.n_windows * T), mha_runtime_threads(), mha_runtime_isa(),
+                (long long)(val.n_windows * T), cli_dist_size(), cli_dist_size() > 1 ? "es" : "", mha_runtime_threads(),
+                mha_runtime_isa(),
                 o.resume ? "; resuming" : "");
 
     for (; s.epoch < o.epochs; s.epoch++) {
@@ -922,13 +1078,12 @@ int mha_cli_train_gpt(int argc, char **argv) {
             cli_check(mha_generator_randperm(pg, s.perm, train.n_windows), "randperm");
             mha_generator_free(pg);
         }
-        for (; s.batch < n_batches; s.batch++) {
+        while (s.batch < n_batches) {
             const double t_step = now_s();
-            fill_batch(&train, s.perm + s.batch * B, B, c.x, c.y);
-            cli_check(mha_params_zero_grad(ps), "gradients");
+            const int64_t kk = o.accum < n_batches - s.batch ? o.accum : n_batches - s.batch; /* batches this step */
+            sc.perm = s.perm, sc.b0 = s.batch, sc.k = kk;
             float loss = 0.0f;
-            const mha_status st = mha_gpt_loss_backward(m, &loss, NULL, c.x, c.y, B, T,
-                                                        g, tape);
+            const mha_status st = step_gradient(&sc, &loss);
             const mha_status so = st == MHA_OK && isfinite(loss) ? mha_optimizer_step(opt) : st;
             if (st == MHA_ERR_NONFINITE || so == MHA_ERR_NONFINITE || (st == MHA_OK && !isfinite(loss))) {
                 char kept[96];
@@ -941,8 +1096,8 @@ int mha_cli_train_gpt(int argc, char **argv) {
             }
             cli_check(st, "training step");
             cli_check(so, "optimizer");
-            s.tokens_seen += B * T;
-            tm.tokens += B * T;
+            s.tokens_seen += kk * B * T;
+            tm.tokens += kk * B * T;
             s.global_step++;
             tm.step_ms[tm.n_steps++] = 1e3 * (now_s() - t_step);
             if (s.global_step % o.eval_freq == 0) {
@@ -950,27 +1105,27 @@ int mha_cli_train_gpt(int argc, char **argv) {
                 const double tl = loader_loss(&c, &train, true, o.eval_iter);
                 const double vl = loader_loss(&c, &val, false, o.eval_iter);
                 log_push(&s, (log_row){s.epoch + 1, s.global_step, tl, vl, s.tokens_seen});
-                printf("%sEp %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", tty ? "\r\033[K" : "",
-                       (long long)s.epoch + 1, (long long)s.global_step, tl, vl);
+                if (lead)
+                    printf("%sEp %lld (Step %06lld): Train loss %.3f, Val loss %.3f\n", tty ? "\r\033[K" : "",
+                           (long long)s.epoch + 1, (long long)s.global_step, tl, vl);
             }
             if (tty) {
                 const double el = now_s() - tm.t0;
-                const int64_t left = (o.epochs - s.epoch) * n_batches - s.batch - 1;
+                const int64_t left = ((o.epochs - s.epoch) * n_batches - s.batch - kk) / o.accum;
                 char eta[32];
                 fmt_time(eta, sizeof eta, el / (double)tm.n_steps * (double)left);
                 printf("\r\033[Kepoch %lld/%lld  step %lld  loss %.3f  %.0f tokens/s  %s left", (long long)s.epoch + 1,
                        (long long)o.epochs, (long long)s.global_step, (double)loss, (double)tm.tokens / el, eta);
             }
             fflush(stdout);
-            if (o.save_every && (s.global_step + 1) % o.save_every == 0 && s.batch + 1 < n_batches) {
-                s.batch++; /* the position to resume from */
+            s.batch += kk; /* the position to resume from */
+            if (o.save_every && (s.global_step + 1) % o.save_every == 0 && s.batch < n_batches) {
                 tm.train_s = now_s() - tm.t0;
-                checkpoint(&k);
+                if (lead) checkpoint(&k);
                 last_saved = s.global_step;
-                s.batch--;
             }
         }
-        if (o.sample_tokens > 0) {
+        if (o.sample_tokens > 0 && lead) {
             sample(&c, tk, o.start_context, o.sample_tokens, &s);
             if (tty) printf("\r\033[K");
             cli_put_text(stdout, (const unsigned char *)s.samples[s.n_samples - 1], s.sample_len[s.n_samples - 1], true);
@@ -980,17 +1135,18 @@ int mha_cli_train_gpt(int argc, char **argv) {
         s.batch = 0;
         s.epoch++;
         tm.train_s = now_s() - tm.t0;
-        checkpoint(&k);
+        if (lead) checkpoint(&k);
         last_saved = s.global_step;
         s.epoch--;
     }
     if (tty) printf("\r\033[K");
     tm.train_s = now_s() - tm.t0;
-    if (o.json) {
+    if (o.json && lead) {
         const json_src js = {&s, &tm};
         write_json(stdout, &js);
     }
     fflush(stdout);
+    cli_dist_finalize();
 
     mha_gpt_tape_free(tape);
     mha_optimizer_free(opt);
@@ -1001,6 +1157,7 @@ int mha_cli_train_gpt(int argc, char **argv) {
     free(c.y);
     free(c.logits);
     free(c.perm_scratch);
+    free(sc.leaf_loss);
     free(s.perm);
     free(tm.step_ms);
     for (int64_t i = 0; i < s.n_samples; i++) free(s.samples[i]);
