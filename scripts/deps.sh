@@ -14,6 +14,8 @@ if [ $test = 1 ]; then
   # valgrind: memcheck over the API and the CLI (scripts/valgrind.sh);
   # ccache: scripts/test.sh's builds share their identical objects
   pkgs+=(valgrind ccache)
+  # Open MPI: mpirun -np N mha train GPTModel and its test (cli_train_mpi)
+  pkgs+=(libopenmpi-dev openmpi-bin)
   # node and npm from Debian unless the machine has them already (from
   # NodeSource, say, whose nodejs package conflicts with Debian's npm).
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
