@@ -740,6 +740,7 @@ typedef struct {
     float *grad;
     bool allreduce;
     mha_status fail;   /* this rank's first failure in a leaf */
+    mha_tree *tree;    /* the sum's buffers, from step to step */
 } step_ctx;
 
 /* The generator at the start of batch j's forward. */
@@ -791,7 +792,8 @@ static mha_status step_gradient(step_ctx *sc, float *loss) {
     if (!sc->allreduce) {
         mha_tree_io io;
         cli_dist_tree_io(&io, n, step_leaf, sc);
-        st = mha_tree_sum(sc->grad, n, L, rank, ranks, &io);
+        if (!sc->tree) cli_check(mha_tree_create(n, &sc->tree), "gradient sum");
+        st = mha_tree_sum(sc->tree, sc->grad, L, rank, ranks, &io);
         cli_check(st, "gradient sum"); /* its own buffers: dies (and ends the job) */
         if ((st = agree(sc->fail)) != MHA_OK) return st;
         cli_dist_bcast(sc->grad, n, 0);
@@ -1158,6 +1160,7 @@ int mha_cli_train_gpt(int argc, char **argv) {
     free(c.logits);
     free(c.perm_scratch);
     free(sc.leaf_loss);
+    mha_tree_free(sc.tree);
     free(s.perm);
     free(tm.step_ms);
     for (int64_t i = 0; i < s.n_samples; i++) free(s.samples[i]);

@@ -658,7 +658,7 @@ MHA_API mha_status mha_optimizer_load(mha_optimizer *o, const char *path);
  * A part only waits on higher parts and sends never wait, so no order of
  * calls deadlocks. out [out] (n): the sum, on part 0 (ignored elsewhere; it
  * may be the buffer a leaf lives in). send/recv may be NULL with one part.
- * Memory: up to log2(leaves) + 1 vectors of n floats of the library's, and
+ * Memory: up to log2(leaves) + 1 vectors of n floats of the tree's, and
  * one per node sent. A callback's failure is returned as it is; bad
  * arguments give ERR_ARGUMENT (1 <= parts <= leaves, 0 <= part < parts). */
 typedef struct {
@@ -668,7 +668,13 @@ typedef struct {
     mha_status (*recv)(void *user, int from, int64_t first, int64_t count, float *v);
     mha_status (*flush)(void *user);
 } mha_tree_io;
-MHA_API mha_status mha_tree_sum(float *out, size_t n, int64_t leaves, int part, int parts,
+/* A tree sum of vectors of n floats: its buffers, kept from one sum to the
+ * next (allocated by the first sums that need them; a step's 650 MB of
+ * fresh pages would cost their page faults every step). */
+typedef struct mha_tree mha_tree;
+MHA_API mha_status mha_tree_create(size_t n, mha_tree **out);
+MHA_API void mha_tree_free(mha_tree *t);
+MHA_API mha_status mha_tree_sum(mha_tree *t, float *out, int64_t leaves, int part, int parts,
                                 const mha_tree_io *io);
 
 /* ------------------------------------------------------------------------ */

@@ -343,7 +343,10 @@ static void tour_gpt(void) {
     size_t n_grad = 0;
     float *grad_buf = mha_params_grad_buffer(mha_gpt_params(tied), &n_grad);
     const mha_tree_io tio = {.user = grad_buf, .leaf = tour_leaf};
-    OK(mha_tree_sum(grad_buf, n_grad, 1, 0, 1, &tio));
+    mha_tree *tree = NULL;
+    OK(mha_tree_create(n_grad, &tree));
+    OK(mha_tree_sum(tree, grad_buf, 1, 0, 1, &tio));
+    mha_tree_free(tree);
     OK(mha_params_grad(mha_gpt_params(tied), 0, &p));
     OK(mha_params_find_grad(mha_gpt_params(tied), "out_head.weight", &p));
     mha_adamw_config gac;

@@ -113,7 +113,19 @@ static void test_tree(void) {
                 mb.part = p;
                 mb.next_leaf = (int64_t)p * L / P;
                 const mha_tree_io io = {&mb, leaf_cb, send_cb, recv_cb, flush_cb};
-                const mha_status st = mha_tree_sum(p == 0 ? out : NULL, N, L, p, P, &io);
+                mha_tree *tr = NULL;
+                mha_status st = mha_tree_create(N, &tr);
+                if (st == MHA_OK) st = mha_tree_sum(tr, p == 0 ? out : NULL, L, p, P, &io);
+                if (st == MHA_OK && p == 0 && L > 2) { /* again on the same tree: its kept buffers */
+                    float again[N];
+                    mb.next_leaf = 0;
+                    memcpy(again, out, sizeof again);
+                    st = mha_tree_sum(tr, out, L, 0, 1, &io);
+                    if (memcmp(again, out, sizeof again) != 0 && P == 1) bad++;
+                    mb.next_leaf = (int64_t)L / P; /* as the first sum left it */
+                    mb.leaves_seen -= L;
+                }
+                mha_tree_free(tr);
                 if (st != MHA_OK) {
                     bad++;
                     fprintf(stderr, "L %lld P %d part %d: %s\n", (long long)L, P, p, mha_last_error());
@@ -139,14 +151,18 @@ static void test_tree(void) {
     mailbox m2 = {0};
     const mha_tree_io io = {&m2, leaf_cb, send_cb, recv_cb, NULL};
     const mha_tree_io no_send = {&m2, leaf_cb, NULL, NULL, NULL};
-    CHECK(mha_tree_sum(out, N, 0, 0, 1, &io) == MHA_ERR_ARGUMENT, "no leaves");
-    CHECK(mha_tree_sum(out, N, 3, 0, 4, &io) == MHA_ERR_ARGUMENT, "more parts than leaves");
-    CHECK(mha_tree_sum(out, N, 3, 3, 3, &io) == MHA_ERR_ARGUMENT, "part out of range");
-    CHECK(mha_tree_sum(out, N, 3, 0, 2, &no_send) == MHA_ERR_ARGUMENT, "two parts without send/recv");
-    CHECK(mha_tree_sum(NULL, N, 3, 0, 1, &io) == MHA_ERR_ARGUMENT, "part 0 without out");
-    CHECK(mha_tree_sum(out, N, 3, 0, 1, NULL) == MHA_ERR_ARGUMENT, "no io");
+    mha_tree *tr = NULL;
+    REQUIRE(mha_tree_create(N, &tr) == MHA_OK, "tree");
+    CHECK(mha_tree_sum(tr, out, 0, 0, 1, &io) == MHA_ERR_ARGUMENT, "no leaves");
+    CHECK(mha_tree_sum(tr, out, 3, 0, 4, &io) == MHA_ERR_ARGUMENT, "more parts than leaves");
+    CHECK(mha_tree_sum(tr, out, 3, 3, 3, &io) == MHA_ERR_ARGUMENT, "part out of range");
+    CHECK(mha_tree_sum(tr, out, 3, 0, 2, &no_send) == MHA_ERR_ARGUMENT, "two parts without send/recv");
+    CHECK(mha_tree_sum(tr, NULL, 3, 0, 1, &io) == MHA_ERR_ARGUMENT, "part 0 without out");
+    CHECK(mha_tree_sum(tr, out, 3, 0, 1, NULL) == MHA_ERR_ARGUMENT, "no io");
+    CHECK(mha_tree_sum(NULL, out, 3, 0, 1, &io) == MHA_ERR_ARGUMENT, "no tree");
     m2.next_leaf = 0;
-    CHECK(mha_tree_sum(out, N, 3, 0, 1, &no_send) == MHA_OK, "one part: %s", mha_last_error());
+    CHECK(mha_tree_sum(tr, out, 3, 0, 1, &no_send) == MHA_OK, "one part: %s", mha_last_error());
+    mha_tree_free(tr);
 }
 
 /* ---- 2. a share of a batch -------------------------------------------------- */

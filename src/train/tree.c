@@ -37,16 +37,17 @@ typedef struct {
     int buf; /* the pool buffer holding it, or -1: the caller's leaf (valid until the next leaf call) */
 } val;
 
-typedef struct {
+struct mha_tree {
     size_t n;
     int64_t L;
     int part, parts;
     const mha_tree_io *io;
-    float *pool[TREE_MAX_BUFS];
+    float *pool[TREE_MAX_BUFS]; /* kept from sum to sum: no page faults after the first */
     bool busy[TREE_MAX_BUFS];
     int n_pool;
     int64_t last_leaf; /* this part's last leaf */
-} tree;
+};
+typedef struct mha_tree tree;
 
 static int64_t lo_of(const tree *t, int p) { return (int64_t)(((unsigned __int128)p * (uint64_t)t->L) / (uint64_t)t->parts); }
 
@@ -159,7 +160,23 @@ static mha_status node(tree *t, int64_t i, int64_t s, float *dst, val *v) {
     return MHA_OK;
 }
 
-mha_status mha_tree_sum(float *out, size_t n, int64_t leaves, int part, int parts, const mha_tree_io *io) {
+mha_status mha_tree_create(size_t n, mha_tree **out) {
+    if (!out) return mha__fail(MHA_ERR_ARGUMENT, "tree: out is NULL");
+    *out = mha__alloc(sizeof **out);
+    if (!*out) return mha__nomem("out of memory allocating a tree sum");
+    memset(*out, 0, sizeof **out);
+    (*out)->n = n;
+    return MHA_OK;
+}
+
+void mha_tree_free(mha_tree *t) {
+    if (!t) return;
+    for (int k = 0; k < t->n_pool; k++) mha__free(t->pool[k]);
+    mha__free(t);
+}
+
+mha_status mha_tree_sum(mha_tree *t, float *out, int64_t leaves, int part, int parts, const mha_tree_io *io) {
+    if (!t) return mha__fail(MHA_ERR_ARGUMENT, "tree sum: the tree is NULL");
     if (!io || !io->leaf) return mha__fail(MHA_ERR_ARGUMENT, "tree sum: io or its leaf callback is NULL");
     if (leaves < 1 || parts < 1 || parts > leaves || part < 0 || part >= parts)
         return mha__fail(MHA_ERR_ARGUMENT, "tree sum: part %d of %d over %lld leaves (1 <= parts <= leaves)", part, parts,
@@ -167,10 +184,8 @@ mha_status mha_tree_sum(float *out, size_t n, int64_t leaves, int part, int part
     if (parts > 1 && (!io->send || !io->recv))
         return mha__fail(MHA_ERR_ARGUMENT, "tree sum: %d parts need the send and recv callbacks", parts);
     if (part == 0 && !out) return mha__fail(MHA_ERR_ARGUMENT, "tree sum: out is NULL");
-    tree *t = mha__alloc(sizeof *t);
-    if (!t) return mha__nomem("out of memory allocating a tree sum");
-    memset(t, 0, sizeof *t);
-    t->n = n, t->L = leaves, t->part = part, t->parts = parts, t->io = io;
+    t->L = leaves, t->part = part, t->parts = parts, t->io = io;
+    for (int k = 0; k < t->n_pool; k++) t->busy[k] = false;
     const int64_t a = lo_of(t, part), b = lo_of(t, part + 1);
     t->last_leaf = b - 1;
     mha_status st = MHA_OK;
@@ -197,7 +212,6 @@ mha_status mha_tree_sum(float *out, size_t n, int64_t leaves, int part, int part
         const mha_status fs = io->flush(io->user);
         if (st == MHA_OK) st = fs;
     }
-    for (int k = 0; k < t->n_pool; k++) mha__free(t->pool[k]);
-    mha__free(t);
+    for (int k = 0; k < t->n_pool; k++) t->busy[k] = false;
     return st;
 }
