@@ -2,7 +2,8 @@
  *
  * Launched by mpirun (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE in the
  * environment) the program calls MPI_Init; run as a plain program it never
- * touches MPI, as before. Messages of any size go in pieces of at most
+ * touches MPI, as before. Only mha-mpi links MPI; mha, started by mpirun,
+ * runs mha-mpi from its own directory in its place. Messages of any size go in pieces of at most
  * 2^28 elements (MPI counts are ints). A rank that fails calls MPI_Abort,
  * which makes mpirun end every other rank: none waits on a dead peer, and
  * a rank killed from outside ends the job the same way (mpirun sees its
@@ -11,17 +12,21 @@
 
 #include "cli.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(MHA_HAVE_MPI)
 #include <mpi.h>
 #endif
 
 static int d_rank = 0, d_size = 1;
+#if defined(MHA_HAVE_MPI)
 static bool d_joined = false;
+#endif
 
 enum { PIECE = 1 << 28 };
 
@@ -56,12 +61,27 @@ void cli_dist_init(int *argc, char ***argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &d_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d_size);
 #else
-    (void)argc, (void)argv;
+    /* mha itself has no MPI: mha-mpi beside it (the same program with MPI)
+     * takes its place, with the same arguments */
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 16);
+    if (len > 0) {
+        self[len] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash && strcmp(slash + 1, "mha-mpi") != 0) {
+            strcpy(slash + 1, "mha-mpi");
+            if (access(self, X_OK) == 0) {
+                execv(self, *argv);
+                cli_die("%s: cannot run it: %s", self, strerror(errno));
+            }
+        }
+    }
+    (void)argc;
     const char *n = getenv("OMPI_COMM_WORLD_SIZE");
     if (!n) n = getenv("PMI_SIZE");
     if (n && atoi(n) > 1)
-        cli_die("mpirun started %s processes, but this mha was built without MPI: each would train alone "
-                "(install libopenmpi-dev and rebuild; cmake -DMHA_MPI=ON insists)", n);
+        cli_die("mpirun started %s processes, but this mha was built without MPI (no mha-mpi beside it): each "
+                "would train alone (install libopenmpi-dev and rebuild; cmake -DMHA_MPI=ON insists)", n);
 #endif
 }
 
