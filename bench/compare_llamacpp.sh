@@ -31,6 +31,9 @@ setup=${LLAMACPP_SETUP:-$here/../../shared/bench/llamacpp/setup.sh}
 /usr/bin/python3 "$here/make_gguf_size.py" "$size" "$dir"
 m=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --prompt-tokens 1024 --decode 64 --rounds 3 \
       --threads "$threads" --json | tail -1)
+# the same weights held in bf16 (read F32, rounded once at load): the 16-bit figure
+mb=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --dtype bf16 --prompt-tokens 1024 --decode 64 \
+      --rounds 3 --threads "$threads" --json | tail -1)
 l=$(cd "$dir" && node bench.js "$stem.gguf" "$threads" 3 2>/dev/null | tail -1)
 h='{}'
 [ -f "$dir/${stem}_f16.gguf" ] && h=$(cd "$dir" && node bench.js "${stem}_f16.gguf" "$threads" 3 2>/dev/null | tail -1)
@@ -41,12 +44,13 @@ if [ -z "${NO_TORCH:-}" ]; then
 fi
 echo "GPT-2 $size, $threads threads"
 echo "mha:           $m"
+echo "mha bf16:      $mb"
 echo "llama.cpp:     $l"
 echo "llama.cpp F16: $h"
 echo "torch:         $t"
-/usr/bin/python3 - "$m" "$l" "$h" "$t" <<'PY'
+/usr/bin/python3 - "$m" "$l" "$h" "$t" "$mb" <<'PY'
 import json, sys
-m, l, h, t = (json.loads(a) for a in sys.argv[1:5])
+m, l, h, t, mb = (json.loads(a) for a in sys.argv[1:6])
 print("prefill 1024: mha %.1f tokens/s, llama.cpp %.1f -> %.2fx" % (
     m["prefill_tokens_per_s"], l["prefill_1024_tok_s"], m["prefill_tokens_per_s"] / l["prefill_1024_tok_s"]))
 print("decode:       mha %.2f tokens/s, llama.cpp %.2f -> %.2fx" % (
@@ -58,6 +62,13 @@ print("decode / reading the %.0f MiB a step reads at %.1f GB/s, the best of the 
       "%.2f ms -> %.2f; peak RSS %.0f MiB" % (
     m["read_mib"], m["stream_read_gbps"], m["stream_read_gbps_worst"], m["weights_read_ms"],
     m["decode_ms_per_token"] / m["weights_read_ms"], m["peak_rss_mib"]))
+print("mha bf16: decode %.2f tokens/s (%.2fx mha F32's), %.2f ms/token = %.2fx reading its %.0f MiB at %.1f GB/s; "
+      "prefill 1024 %.1f tokens/s; peak RSS %.0f MiB (%.2fx F32's)" % (
+    mb["decode_tokens_per_s"], mb["decode_tokens_per_s"] / m["decode_tokens_per_s"], mb["decode_ms_per_token"],
+    mb["decode_ms_per_token"] / mb["weights_read_ms"], mb["read_mib"], mb["stream_read_gbps"],
+    mb["prefill_tokens_per_s"], mb["peak_rss_mib"], mb["peak_rss_mib"] / m["peak_rss_mib"]))
+if h:
+    print("mha bf16 / llama.cpp F16 decode: %.2fx" % (mb["decode_tokens_per_s"] / h["decode_tok_s"]))
 if t:
     print("torch %s (book code, OMP_WAIT_POLICY=%s): prefill %.1f tokens/s (mha %.2fx), decode %.2f tokens/s "
           "without a KV cache (mha %.2fx)" % (
