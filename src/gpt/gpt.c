@@ -441,7 +441,7 @@ typedef struct {
 static void skip_windows(const pass *p, int64_t per, bool before) {
     if (!p->wins) return;
     const int64_t n = before ? p->win0 : p->wins - p->win0 - p->B;
-    mha__generator_skip(p->g, 2 * (uint64_t)n * (uint64_t)per);
+    mha_generator_skip(p->g, 2 * (uint64_t)n * (uint64_t)per);
 }
 
 /* A dropout site's keep bits for p's rows (rows * E per window of T rows). */
@@ -819,10 +819,11 @@ mha_status mha_gpt_dropout_draws(const mha_gpt *m, int64_t B, int64_t T, uint64_
     return MHA_OK;
 }
 
-mha_status mha__gpt_forward_share(mha_gpt *m, const int32_t *idx, int64_t n, int64_t T, int64_t first,
-                                  int64_t batch, mha_generator *dropout_rng, mha_gpt_tape *tape) {
+mha_status mha__gpt_forward_share(mha_gpt *m, float *logits, const int32_t *idx, int64_t n, int64_t T,
+                                  int64_t first, int64_t batch, mha_generator *dropout_rng, mha_gpt_tape *tape) {
     if (!tape) return mha__fail(MHA_ERR_ARGUMENT, "tape is NULL");
-    return model_forward(m, NULL, idx, n, T, false, dropout_rng, tape, first, batch);
+    return model_forward(m, logits, idx, n, T, false, dropout_rng, tape, first == 0 && batch == n ? 0 : first,
+                         first == 0 && batch == n ? 0 : batch);
 }
 
 mha_status mha_gpt_blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B, int64_t T,

@@ -126,9 +126,9 @@ mha_status mha__gpt_check_tokens(const mha_gpt *m, int64_t B, int64_t T);
  * be the tape's own logits buffer (the loss writes its gradient there). */
 /* mha_gpt_forward_tape of windows [first, first + n) of a batch of `batch`
  * windows: every dropout site draws for the whole batch, these windows'
- * masks used (mha_gpt_loss_backward_share). */
-mha_status mha__gpt_forward_share(mha_gpt *m, const int32_t *idx, int64_t n, int64_t T, int64_t first,
-                                  int64_t batch, mha_generator *dropout_rng, mha_gpt_tape *tape);
+ * masks used (mha_gpt_loss_backward_share); logits [out] (n, T, V) or NULL. */
+mha_status mha__gpt_forward_share(mha_gpt *m, float *logits, const int32_t *idx, int64_t n, int64_t T,
+                                  int64_t first, int64_t batch, mha_generator *dropout_rng, mha_gpt_tape *tape);
 mha_status mha__gpt_model_backward(mha_gpt *m, mha_gpt_tape *t, const float *dlogits);
 /* MHA_ERR_NONFINITE naming what and the first bad element. */
 mha_status mha__gpt_check_finite(const float *a, int64_t n, const char *what);

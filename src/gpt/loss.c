@@ -83,51 +83,55 @@ mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits, c
     return MHA_OK;
 }
 
-mha_status mha_gpt_loss_backward_share(mha_gpt *m, double *loss_sum, const int32_t *idx, const int32_t *targets,
-                                       int64_t n, int64_t T, const mha_batch_share *share, mha_generator *dropout_rng,
-                                       mha_gpt_tape *tape) {
-    if (!m || !loss_sum || !targets || !share) return mha__fail(MHA_ERR_ARGUMENT, "model, loss_sum, targets or share is NULL");
+/* The training step's rows: the forward of windows [first, first + n) of
+ * a batch of `batch` (dropout drawn for the whole batch), the rows'
+ * cross-entropies added into *sum, the gradient of the mean over total
+ * targets (0: the rows' own count, returned in *total_out) through the
+ * backward. The tape is consumed. */
+static mha_status loss_rows(mha_gpt *m, double *sum, int64_t *total_out, float *logits, const int32_t *idx,
+                            const int32_t *targets, int64_t n, int64_t T, int64_t first, int64_t batch, int64_t total,
+                            mha_generator *dropout_rng, mha_gpt_tape *tape) {
     if (m->cfg.kind != MHA_GPT_MODEL) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock has no logits");
     int64_t count;
     mha_status st = mha__gpt_check_tokens(m, n, T);
+    if (st == MHA_OK) st = count_targets(targets, n * T, m->V, &count); /* before any draw */
     if (st != MHA_OK) return st;
-    if (share->batch < 1 || share->first < 0 || share->first > share->batch - n)
-        return mha__fail(MHA_ERR_SHAPE, "windows [%lld, %lld) are not inside a batch of %lld", (long long)share->first,
-                         (long long)(share->first + n), (long long)share->batch);
-    if ((double)share->batch * (double)T > (double)INT64_MAX / 2)
-        return mha__fail(MHA_ERR_OVERFLOW, "a batch of %lld windows of %lld tokens overflows", (long long)share->batch,
-                         (long long)T);
-    if ((st = count_targets(targets, n * T, m->V, &count)) != MHA_OK) return st; /* before any draw */
-    const int64_t total = share->targets ? share->targets : share->batch * T;
+    if (!total) total = count;
     if (total < count)
         return mha__fail(MHA_ERR_ARGUMENT, "the mean's %lld targets are fewer than these windows' %lld", (long long)total,
                          (long long)count);
-    st = mha__gpt_forward_share(m, idx, n, T, share->first, share->batch, dropout_rng, tape);
-    if (st != MHA_OK) return st;
-    if ((st = cross_entropy_sum(loss_sum, tape->logits, tape->logits, targets, n * T, m->V, 1.0 / (double)total)) != MHA_OK) {
+    if ((st = mha__gpt_forward_share(m, logits, idx, n, T, first, batch, dropout_rng, tape)) != MHA_OK) return st;
+    if ((st = cross_entropy_sum(sum, tape->logits, tape->logits, targets, n * T, m->V, 1.0 / (double)total)) != MHA_OK) {
         tape->m = NULL;
         return st;
     }
     st = mha__gpt_model_backward(m, tape, tape->logits);
     tape->m = NULL; /* consumed (the logits are now their gradient) */
+    *total_out = total;
     return st;
+}
+
+mha_status mha_gpt_loss_backward_share(mha_gpt *m, double *loss_sum, const int32_t *idx, const int32_t *targets,
+                                       int64_t n, int64_t T, const mha_batch_share *share, mha_generator *dropout_rng,
+                                       mha_gpt_tape *tape) {
+    if (!m || !loss_sum || !targets || !share) return mha__fail(MHA_ERR_ARGUMENT, "model, loss_sum, targets or share is NULL");
+    if (share->batch < 1 || share->first < 0 || n < 0 || share->first > share->batch - n)
+        return mha__fail(MHA_ERR_SHAPE, "windows [%lld, %lld) are not inside a batch of %lld", (long long)share->first,
+                         (long long)(share->first + n), (long long)share->batch);
+    if (T < 0 || (double)share->batch * (double)T > (double)INT64_MAX / 2)
+        return mha__fail(MHA_ERR_OVERFLOW, "a batch of %lld windows of %lld tokens overflows", (long long)share->batch,
+                         (long long)T);
+    int64_t total;
+    return loss_rows(m, loss_sum, &total, NULL, idx, targets, n, T, share->first, share->batch,
+                     share->targets ? share->targets : share->batch * T, dropout_rng, tape);
 }
 
 mha_status mha_gpt_loss_backward(mha_gpt *m, float *loss, float *logits, const int32_t *idx, const int32_t *targets,
                                  int64_t B, int64_t T, mha_generator *dropout_rng, mha_gpt_tape *tape) {
     if (!m || !loss || !targets) return mha__fail(MHA_ERR_ARGUMENT, "model, loss or targets is NULL");
-    if (m->cfg.kind != MHA_GPT_MODEL) return mha__fail(MHA_ERR_UNSUPPORTED, "a TransformerBlock has no logits");
-    int64_t count;
-    mha_status st = mha__gpt_check_tokens(m, B, T);
-    if (st == MHA_OK) st = count_targets(targets, B * T, m->V, &count); /* before any draw */
-    if (st != MHA_OK) return st;
-    st = mha_gpt_forward_tape(m, logits, idx, B, T, dropout_rng, tape);
-    if (st != MHA_OK) return st;
-    if ((st = mha_cross_entropy(loss, tape->logits, tape->logits, targets, B * T, m->V)) != MHA_OK) {
-        tape->m = NULL;
-        return st;
-    }
-    st = mha__gpt_model_backward(m, tape, tape->logits);
-    tape->m = NULL; /* consumed (the logits are now their gradient) */
+    double sum = 0.0;
+    int64_t count = 0;
+    const mha_status st = loss_rows(m, &sum, &count, logits, idx, targets, B, T, 0, B, 0, dropout_rng, tape);
+    if (st == MHA_OK) *loss = (float)(sum * (1.0 / (double)count));
     return st;
 }
