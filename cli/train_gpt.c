@@ -207,7 +207,6 @@ static void parse_opts(opts *o, int argc, char **argv) {
 
 /* ---- files ----------------------------------------------------------------- */
 
-
 static char *path_in(const char *dir, const char *name) {
     const size_t n = strlen(dir) + strlen(name) + 2;
     char *p = cli_malloc(n);

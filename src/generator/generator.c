@@ -25,6 +25,7 @@
 #include "generator/generator.h"
 
 #include "common/common.h"
+#include "kernels/half.h"
 #include "kernels/kernels.h"
 #include "kernels/mt19937.h"
 
@@ -151,9 +152,7 @@ void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
 
 /* random_bulk's bookkeeping without the tempering: n outputs consumed,
  * none produced. Whole blocks cost one twist each. */
-void mha_generator_skip(mha_generator *g, uint64_t n) { mha__generator_skip(g, n); }
-
-void mha__generator_skip(mha_generator *g, uint64_t n) {
+void mha_generator_skip(mha_generator *g, uint64_t n) {
     if (g == NULL || n == 0) return;
     const mha__kernels *k = mha__kernels_active();
     uint64_t take = (uint64_t)(g->left - 1);
@@ -344,18 +343,6 @@ void mha_generator_uniform(mha_generator *g, float *out, size_t n, double from, 
 /* Normal, block path (section 4a)                                           */
 /* ------------------------------------------------------------------------ */
 
-static inline float f32_bits(uint32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static inline uint32_t bits_f32(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
 /* avx_mathfun's Cephes constants (log256_ps / sincos256_ps), as bits. */
 static const uint32_t LOG_P_BITS[9] = {
     0x3d9021bbu, 0xbdebd1b8u, 0x3def251au, 0xbdfe5d4fu, 0x3e11e9bfu,
@@ -381,49 +368,49 @@ static const uint32_t SIN_S2_BITS = 0xbe2aaaa3u;
  * kernel (the fusions follow the disassembly of libtorch_cpu.so). */
 static float cephes_logf(float x) {
     if (!(x > 0.0f)) return NAN; /* the kernel ORs in an all-ones mask */
-    const float min_norm = f32_bits(MIN_NORM_BITS);
+    const float min_norm = mha__f32_from_bits(MIN_NORM_BITS);
     if (x < min_norm) x = min_norm; /* cut off denormals */
-    const uint32_t b = bits_f32(x);
+    const uint32_t b = mha__f32_bits(x);
     float e = (float)((int32_t)(b >> 23) - 127) + 1.0f;
-    float m = f32_bits((b & 0x807fffffu) | 0x3f000000u); /* in [0.5, 1) */
-    if (m < f32_bits(SQRTHF_BITS)) {
+    float m = mha__f32_from_bits((b & 0x807fffffu) | 0x3f000000u); /* in [0.5, 1) */
+    if (m < mha__f32_from_bits(SQRTHF_BITS)) {
         e -= 1.0f;
         m = (m - 1.0f) + m; /* 2m - 1, exact */
     } else {
         m = m - 1.0f;
     }
-    const float t = e * f32_bits(LOG_Q1_BITS);
-    float y = f32_bits(LOG_P_BITS[0]);
-    for (int k = 1; k < 9; k++) y = fmaf(y, m, f32_bits(LOG_P_BITS[k]));
+    const float t = e * mha__f32_from_bits(LOG_Q1_BITS);
+    float y = mha__f32_from_bits(LOG_P_BITS[0]);
+    for (int k = 1; k < 9; k++) y = fmaf(y, m, mha__f32_from_bits(LOG_P_BITS[k]));
     const float z = m * m;
     y = m * y;
     y = fmaf(y, z, t);
     y = fmaf(-z, 0.5f, y);
     m = m + y;
-    return fmaf(e, f32_bits(LOG_Q2_BITS), m);
+    return fmaf(e, mha__f32_from_bits(LOG_Q2_BITS), m);
 }
 
 /* One lane of sincos256_ps for x >= 0 (theta = 2 pi u2 never is negative,
  * so the input sign handling of the original is left out). */
 static void cephes_sincosf(float x, float *s_out, float *c_out) {
-    int32_t j = (int32_t)(x * f32_bits(FOPI_BITS)); /* cvttps: truncation */
+    int32_t j = (int32_t)(x * mha__f32_from_bits(FOPI_BITS)); /* cvttps: truncation */
     j = (j + 1) & ~1;
     const float y = (float)j;
     /* Extended-precision range reduction x - y * pi/4 in three fused steps. */
-    x = fmaf(y, f32_bits(MDP1_BITS), x);
-    x = fmaf(y, f32_bits(MDP2_BITS), x);
-    x = fmaf(y, f32_bits(MDP3_BITS), x);
+    x = fmaf(y, mha__f32_from_bits(MDP1_BITS), x);
+    x = fmaf(y, mha__f32_from_bits(MDP2_BITS), x);
+    x = fmaf(y, mha__f32_from_bits(MDP3_BITS), x);
     const float z = x * x;
 
-    float c = fmaf(f32_bits(COS_C0_BITS), z, f32_bits(COS_C1_BITS));
-    c = fmaf(c, z, f32_bits(COS_C2_BITS));
+    float c = fmaf(mha__f32_from_bits(COS_C0_BITS), z, mha__f32_from_bits(COS_C1_BITS));
+    c = fmaf(c, z, mha__f32_from_bits(COS_C2_BITS));
     c = z * c;
     const float half_z = z * 0.5f;
     c = fmaf(c, z, -half_z);
     c = c + 1.0f;
 
-    float s = fmaf(z, f32_bits(SIN_S0_BITS), f32_bits(SIN_S1_BITS));
-    s = fmaf(s, z, f32_bits(SIN_S2_BITS));
+    float s = fmaf(z, mha__f32_from_bits(SIN_S0_BITS), mha__f32_from_bits(SIN_S1_BITS));
+    s = fmaf(s, z, mha__f32_from_bits(SIN_S2_BITS));
     s = z * s;
     s = fmaf(s, x, x);
 
@@ -438,7 +425,7 @@ static void cephes_sincosf(float x, float *s_out, float *c_out) {
 
 /* normal_fill_16_AVX2: Box-Muller on d[0..7] (u1 = 1 - d) and d[8..15]. */
 static void fill16_avx2(float *d, float mean, float std) {
-    const float two_pi = f32_bits(TWO_PI_BITS);
+    const float two_pi = mha__f32_from_bits(TWO_PI_BITS);
     for (int k = 0; k < 8; k++) {
         const float u1 = 1.0f - d[k]; /* exact, in (0, 1] */
         const float u2 = d[k + 8];

@@ -32,10 +32,6 @@ float mha__dropout_scale(double p);
  * first draw after seeding twists as usual). */
 void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n);
 
-/* Advances g past n successive mha_generator_random(g) outputs without
- * producing them: g ends exactly where random_bulk of n would leave it. */
-void mha__generator_skip(mha_generator *g, uint64_t n);
-
 /* For i < n: bit (i & 63) of bits[i >> 6] = what the i-th of n successive
  * mha__dropout_keep(g, p) calls would return (2n outputs consumed, in
  * order). Bits of the last word at positions >= n are zero; bits must hold
