@@ -2,7 +2,7 @@
 with dropout on, over loopback and shared memory only:
 
   1. the same bits for any N: N = 1, 2 and 4 processes (--oversubscribe,
-     --threads 1) and no mpirun (2 threads) give identical log.json losses
+     --threads 1) and no mpirun (1, 2 and 3 threads) give identical log.json losses
      and identical model, optimizer and train.safetensors bytes; also with
      --accum 2, and with a batch of 3 over 2 processes (unequal shares);
   2. --reduce allreduce runs (its bits may depend on N: its losses are
@@ -106,6 +106,11 @@ def main():
         check(last.get("ranks") == n, "np %d: --json says ranks %s" % (n, last.get("ranks")))
         same(ref, d, "np %d against no mpirun" % n)
         print("np %d: the same bits as the single process (%.1f s)" % (n, time.time() - t0), flush=True)
+    # the thread count changes no bit either: 1 and 3 threads without mpirun
+    for th in (1, 3):
+        d = os.path.join(tmp, "threads%d" % th)
+        train(d, 0, ep, threads=th)
+        same(ref, d, "%d threads against 2" % th)
     # the printed lines too (rank 0 alone prints)
     p1 = train(os.path.join(tmp, "print1"), 0, ep)
     p2 = train(os.path.join(tmp, "print2"), 2, ep)

@@ -34,7 +34,6 @@
 #define MHA_GEMM_TILE_N 768
 #endif
 
-
 typedef struct {
     int64_t mb, nb;   /* tile size (the last row/column of tiles may be smaller) */
     int64_t nm, nn;   /* tiles down and across */
