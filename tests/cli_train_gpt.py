@@ -203,6 +203,10 @@ def main():
         (["--out", os.path.join(tmp, "none"), "--resume"], "holds no run"),
         (["--text", small, "--lr", "1e30", "--save-every", "1"] + small_cfg, "the training loss is nan"),
         (["--bogus"], "unknown option"),
+        (["--text", small, "--accum", "0"] + small_cfg, "--accum: 0 is out of range"),
+        (["--text", small, "--reduce", "ring"] + small_cfg, "--reduce: 'ring' is not tree or allreduce"),
+        (["--out", a, "--resume", "--accum", "2"], "has --accum 1, not 2"),
+        (["--out", a, "--resume", "--reduce", "allreduce"], "has --reduce tree, not allreduce"),
     ]
     for args, want in bad:
         if "--out" not in args:
