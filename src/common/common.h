@@ -43,6 +43,12 @@ void *mha__alloc_n(size_t n, size_t size);
 void *mha__calloc_n(size_t n, size_t size);
 char *mha__strdup(const char *s);
 void mha__free(void *p);
+/* Hands the allocator's free pages back to the system (glibc: malloc_trim,
+ * every thread's arena; elsewhere nothing). For transient buffers freed
+ * after a call: glibc keeps a freed block that it would have mapped on its
+ * own once one was freed (its mmap threshold rises to that size), so a
+ * 16-bit prefill's widened tiles (up to 9 MiB a thread) stayed resident. */
+void mha__release_free_pages(void);
 /* A scratch buffer *buf of *cap bytes grown (its contents dropped) to at
  * least need bytes; on failure (ERR_NOMEM naming what) it is unchanged. */
 mha_status mha__grow(void **buf, size_t *cap, size_t need, const char *what);

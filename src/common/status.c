@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 static _Thread_local char last_error[512];
 
@@ -120,6 +123,12 @@ char *mha__strdup(const char *s) {
 }
 
 void mha__free(void *p) { free(p); }
+
+void mha__release_free_pages(void) {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
 
 mha_status mha__grow(void **buf, size_t *cap, size_t need, const char *what) {
     if (*cap >= need) return MHA_OK;

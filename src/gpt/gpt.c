@@ -711,6 +711,12 @@ static mha_status run_blocks(mha_gpt *m, const pass *p, mha_gpt_tape *t, mha__gp
     return MHA_OK;
 }
 
+/* After a 16-bit model's forward over several rows: the GEMM tiles' widened
+ * weights (up to 9 MiB a thread, common.h) handed back, not kept resident. */
+static void release_widened(const mha_gpt *m, int64_t rows) {
+    if (m->wdtype != MHA_DTYPE_F32 && rows > 1) mha__release_free_pages();
+}
+
 /* A tape is for a backward, which needs F32 weights. */
 static mha_status trainable(const mha_gpt *m) {
     if (m->wdtype == MHA_DTYPE_F32) return MHA_OK;
@@ -754,9 +760,12 @@ static mha_status model_forward(mha_gpt *m, float *logits, const int32_t *idx, i
         if (logits) memcpy(logits, t->logits, (size_t)rows * (size_t)m->V * sizeof(float));
         return MHA_OK;
     }
-    if (!last_only) return head_forward(m, logits, h, x, rows);
-    for (int64_t b = 0; b < B; b++) memmove(x + b * E, x + (b * T + T - 1) * E, (size_t)E * sizeof(float));
-    return head_forward(m, logits, h, x, B);
+    if (last_only) {
+        for (int64_t b = 0; b < B; b++) memmove(x + b * E, x + (b * T + T - 1) * E, (size_t)E * sizeof(float));
+    }
+    st = head_forward(m, logits, h, x, last_only ? B : rows);
+    release_widened(m, rows);
+    return st;
 fail:
     if (t) t->m = NULL;
     return st;
@@ -790,6 +799,7 @@ static mha_status blocks_forward(mha_gpt *m, float *y, const float *x, int64_t B
         return st;
     }
     if (t) memcpy(y, t->out, (size_t)n * sizeof(float));
+    release_widened(m, B * T);
     return MHA_OK;
 }
 
@@ -879,7 +889,9 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
     if ((st = plan_scratch(m, &p, &a, (size_t)((n + 1) * E), &x)) != MHA_OK) return st; /* + embed's row */
     embed(m, &p, x, ids, n, n, NULL);
     if ((st = run_blocks(m, &p, NULL, &a, x)) != MHA_OK) return st;
-    if ((st = head_forward(m, logits, a.h1, x + (n - 1) * E, 1)) != MHA_OK) return st;
+    st = head_forward(m, logits, a.h1, x + (n - 1) * E, 1);
+    release_widened(m, n);
+    if (st != MHA_OK) return st;
     m->kv_len = t0 + n; /* only now: a failed feed leaves the cache as it was */
     return MHA_OK;
 }
