@@ -186,6 +186,99 @@ static void unpack_o(const float *op, const float *inv, int64_t p0, int nv, int6
     }
 }
 
+/* ---- one query row (a decode step) --------------------------------------- */
+
+/* Rows fewer than ROW_PATH: each through row_fwd, whose lanes are keys (QK)
+ * and output dims (PV) instead of a panel's PW queries, of which such a
+ * call would use 1 to 3. A decode step's QK and PV ran HD x NV vector FMAs
+ * per key each (128 on AVX-512, 31 of its 32 lanes idle); row_fwd runs
+ * HD / 8 FMAs and 8x8 transposes per key for QK and HD / VW FMAs for PV.
+ * The same values in the same order as the panel's lane (below), so the
+ * same bits: test_attn_kernels' row chunks of 1 and 3 compare both paths
+ * bit for bit. */
+#define ROW_PATH 4
+
+/* Query row i without dropout: per key tile [k0, k0+KB) at the panel's
+ * boundaries, s_j = the FMA chain over d of K[j][d] (scale q[d]) (8 keys at
+ * once: 8x8 transposes of K, 256-bit as the Q packing); the tile's max
+ * folded in key order with vf_max's rule (a > b ? a : b); the rescale by
+ * exp(m_old - m_new) only when the max changed (the panel's rescale of an
+ * unchanged lane multiplies by exp(0) = 1); p_j = exp(s_j - m) summed in key
+ * order; O[c] = the FMA chain over keys of V[j][c] p_j. scratch: O (HD),
+ * qt (HD), the tile's s and p (KB + 8), 64-byte aligned. */
+static void row_fwd(const mha__attn_args *a, int64_t i, float *scratch) {
+    const int64_t HD = a->HD, kend = a->causal ? i + 1 : a->T;
+    const int64_t hd64 = (HD + 15) / 16 * 16;
+    float *o = scratch, *qt = o + hd64, *sp = qt + hd64;
+    const float *q = a->q + i * a->ldq;
+    for (int64_t d = 0; d < HD; d++) {
+        qt[d] = a->scale * q[d];
+        o[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int64_t d8 = HD / 8 * 8, c_v = HD / VW * VW;
+    for (int64_t k0 = 0; k0 < kend; k0 += KB) {
+        const int64_t kn = kend - k0 < KB ? kend - k0 : KB;
+        /* S for 8 keys at a time */
+        for (int64_t j0 = 0; j0 < kn; j0 += 8) {
+            const int nk = (int)(kn - j0 < 8 ? kn - j0 : 8);
+            const float *kr = a->k + (k0 + j0) * a->ldk;
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t d = 0; d < d8; d += 8) {
+                __m256 r[8];
+                for (int t = 0; t < 8; t++) r[t] = t < nk ? _mm256_loadu_ps(kr + t * a->ldk + d) : _mm256_setzero_ps();
+                transpose8(r); /* r[t]: K[j0 .. j0+7][d + t] */
+                for (int t = 0; t < 8; t++) acc = _mm256_fmadd_ps(r[t], _mm256_set1_ps(qt[d + t]), acc);
+            }
+            float s8[8];
+            _mm256_storeu_ps(s8, acc);
+            for (int t = 0; t < nk; t++) {
+                for (int64_t d = d8; d < HD; d++) s8[t] = __builtin_fmaf(kr[t * a->ldk + d], qt[d], s8[t]);
+                sp[j0 + t] = s8[t];
+            }
+        }
+        float tm = -INFINITY;
+        for (int64_t j = 0; j < kn; j++) tm = tm > sp[j] ? tm : sp[j];
+        const float mn = m > tm ? m : tm, ms = mn == -INFINITY ? 0.0f : mn;
+        if (!(mn == m)) { /* changed (vf_neq_u: NaN counts) */
+            float al[VW];
+            vf_storeu(al, vf_exp(vf_set1(m - ms)));
+            l *= al[0];
+            for (int64_t c = 0; c < HD; c++) o[c] *= al[0];
+        }
+        const vf msv = vf_set1(ms);
+        int64_t j = 0;
+        for (; j + VW <= kn; j += VW) vf_storeu(sp + j, vf_exp(vf_sub(vf_loadu(sp + j), msv)));
+        if (j < kn) {
+            float t[VW];
+            for (int u = 0; u < VW; u++) t[u] = j + u < kn ? sp[j + u] : 0.0f;
+            vf_storeu(t, vf_exp(vf_sub(vf_loadu(t), msv)));
+            for (int u = 0; j + u < kn; u++) sp[j + u] = t[u];
+        }
+        float sum = 0.0f;
+        for (j = 0; j < kn; j++) sum += sp[j];
+        l += sum;
+        m = mn;
+        const float *vr = a->v + k0 * a->ldv;
+        for (int64_t c = 0; c < c_v; c += VW) {
+            vf acc = vf_loadu(o + c);
+            for (j = 0; j < kn; j++) acc = vf_fmadd(vf_loadu(vr + j * a->ldv + c), vf_set1(sp[j]), acc);
+            vf_storeu(o + c, acc);
+        }
+        for (int64_t c = c_v; c < HD; c++)
+            for (j = 0; j < kn; j++) o[c] = __builtin_fmaf(vr[j * a->ldv + c], sp[j], o[c]);
+    }
+    const bool ok = l > 0.0f && m > -INFINITY;
+    const float inv = ok ? 1.0f / l : NAN;
+    if (a->lse) a->lse[i] = ok ? m + logf(l) : -INFINITY;
+    if (a->stats) {
+        a->stats[2 * i] = ok ? m : -INFINITY;
+        a->stats[2 * i + 1] = ok ? logf(l) : 0.0f;
+    }
+    float *out = a->o + i * a->ldo;
+    for (int64_t c = 0; c < HD; c++) out[c] = o[c] * inv;
+}
+
 /* ---- the kernel ---------------------------------------------------------- */
 
 void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
@@ -197,6 +290,11 @@ void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
     const int64_t qe = a->q_end < T ? a->q_end : T;
     if (a->q_begin >= qe) return;
     const float ds = a->drop == MHA_DROP_NONE ? 1.0f : a->drop_scale;
+    if (a->drop == MHA_DROP_NONE && qe - a->q_begin < ROW_PATH) {
+        float *al = (float *)(void *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u);
+        for (int64_t i = a->q_begin; i < qe; i++) row_fwd(a, i, al);
+        return;
+    }
 
     float *base = (float *)(void *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u);
     float *qt = base;               /* NP panels x (HD, PW): Q^T */
