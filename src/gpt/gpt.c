@@ -486,16 +486,28 @@ static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, f
     mha__gpt_attention_desc(m, &d, p->B, p->T, p->drop, p->g);
     if (p->cache) {
         /* new rows' q into kq, k and v into the cache at their positions;
-         * the context over the queries, row by row */
+         * the context over the queries, row by row. The layer's cache is
+         * head-major, (H, C, 2 HD): a head's keys and values, HD each, one
+         * position after the other, so that a decode step streams each
+         * head's from one place (position-major, a head's 512 bytes per
+         * position lay 6 KiB apart: at 1000 cached positions the loads'
+         * misses took 79% of the attention's time) */
+        const int64_t HD = m->HD;
         float *kv = m->kv + l * m->C * 2 * E;
         for (int64_t r = 0; r < n; r++) {
-            memcpy(m->kq + (p->t0 + r) * E, a->qkv + r * 3 * E, (size_t)E * sizeof(float));
-            memcpy(kv + (p->t0 + r) * 2 * E, a->qkv + r * 3 * E + E, (size_t)(2 * E) * sizeof(float));
+            const float *row = a->qkv + r * 3 * E;
+            memcpy(m->kq + (p->t0 + r) * E, row, (size_t)E * sizeof(float));
+            for (int64_t h = 0; h < m->H; h++) {
+                float *at = kv + (h * m->C + p->t0 + r) * 2 * HD;
+                memcpy(at, row + E + h * HD, (size_t)HD * sizeof(float));
+                memcpy(at + HD, row + 2 * E + h * HD, (size_t)HD * sizeof(float));
+            }
         }
         d.qkv = kv;
-        d.ld_qkv = 2 * E;
+        d.ld_qkv = 2 * HD;
+        d.head_stride = m->C * 2 * HD;
         d.k_base = 0;
-        d.v_base = E;
+        d.v_base = HD;
         d.q_rows = m->kq;
         d.ld_q_rows = E;
         d.t_begin = p->t0;
