@@ -71,6 +71,10 @@ step_end() { # label
     'BEGIN { printf "%-48s %7.0f %7.0f", l, b - a, d - c }')")
 }
 
+# Every run after the release one sets MHA_TEST_SECONDARY=1: a few tests
+# then check the same code paths on fewer cases (their designed edge cases,
+# not the random ones; tests/README.md lists them), the release run
+# checking all of them.
 # The runs that change only the environment or the GEMM backend leave out
 # the tests labelled env-independent (tests/CMakeLists.txt): they name their
 # kernels or compute nothing through the kernel layer, so they would repeat
@@ -92,17 +96,19 @@ run() { # name, build dir, labels to leave out (a regex, or ""), env..., -- cmak
 }
 
 run "release" build-test "" -- -DCMAKE_BUILD_TYPE=Release
-run "reference kernels (MHA_ISA=ref)" build-test "env-independent|whole-run" MHA_ISA=ref --
+run "reference kernels (MHA_ISA=ref)" build-test "env-independent|whole-run" MHA_ISA=ref MHA_TEST_SECONDARY=1 --
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test "env-independent|whole-run" MHA_ISA=avx2 --
+  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test "env-independent|whole-run" MHA_ISA=avx2 \
+    MHA_TEST_SECONDARY=1 --
 fi
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-  run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas "env-independent|no-gemm|whole-run" OPENBLAS_CORETYPE=Haswell -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
+  run "OpenBLAS backend, OPENBLAS_CORETYPE=Haswell" build-test-openblas "env-independent|no-gemm|whole-run" OPENBLAS_CORETYPE=Haswell \
+    MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 else
-  run "OpenBLAS backend" build-test-openblas "env-independent|no-gemm|whole-run" -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
+  run "OpenBLAS backend" build-test-openblas "env-independent|no-gemm|whole-run" MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 fi
 # RelWithDebInfo: debug assertions on, and line numbers for valgrind
-run "no OpenMP, no BLAS" build-test-noomp "" -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin -DMHA_MPI=OFF
+run "no OpenMP, no BLAS" build-test-noomp "" MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin -DMHA_MPI=OFF
 # valgrind.sh runs one program at a time, on one core, for two minutes:
 # beside the sanitizer build and its tests, with its output held back and
 # printed after them. Its CPU seconds are its own (times in its subshell);
@@ -111,7 +117,8 @@ vg_t0=$EPOCHREALTIME
 ( rc=0; scripts/valgrind.sh build-test-noomp || rc=$?
   times >"$vg_out.times"; echo "valgrind_wall $vg_t0 $EPOCHREALTIME"; exit $rc ) >"$vg_out" 2>&1 &
 vg_pid=$!
-run "ASan+UBSan" build-test-asan "" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON -DMHA_MPI=OFF
+run "ASan+UBSan" build-test-asan "" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON -DMHA_MPI=OFF
 echo "=== valgrind memcheck (the no-OpenMP build; it ran beside ASan+UBSan)"
 vg_rc=0
 wait "$vg_pid" || vg_rc=$?
