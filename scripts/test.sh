@@ -55,7 +55,16 @@ fi
 table=()
 times_file=$(mktemp)
 vg_out=$(mktemp)
-trap 'rm -f "$times_file" "$vg_out" "$vg_out.times"' EXIT
+# The torch references no build changes (chapter 5's training runs in torch:
+# cli_train_gpt, torch_book_train) are computed by the first configuration
+# that needs them and read back by the later ones (tests/torch_cache.py),
+# from a directory of this run's unless the user names one.
+torch_cache=""
+if [ -z "${MHA_TORCH_CACHE:-}" ]; then
+  torch_cache=$(mktemp -d)
+  export MHA_TORCH_CACHE=$torch_cache
+fi
+trap 'rm -f "$times_file" "$vg_out" "$vg_out.times"; [ -z "$torch_cache" ] || rm -rf "$torch_cache"' EXIT
 children_cpu() { # file holding bash's `times`: its children's user + sys seconds
   awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.1f", s }' "$1"
 }
