@@ -27,6 +27,7 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import st  # noqa: E402
+import torch_cache  # noqa: E402
 
 fails = 0
 
@@ -52,8 +53,13 @@ def run_mha(*args, ok=True):
 
 
 def torch_run(text, cfg, extra):
+    """book_train.py's output; under scripts/test.sh computed by the first
+    configuration that asks and read back by the later ones (torch_cache)."""
     args = [sys.executable, os.path.join(HERE, "book_train.py"), text, "--cfg", json.dumps(cfg), "--json"] + extra
-    out = subprocess.run(args, stdout=subprocess.PIPE, check=True).stdout.decode().splitlines()
+    with open(text, encoding="utf-8") as f:
+        key = (f.read(), cfg, extra)
+    out = torch_cache.cached("book_train", key, lambda: subprocess.run(
+        args, stdout=subprocess.PIPE, check=True).stdout.decode()).splitlines()
     return out[:-1], json.loads(out[-1])
 
 

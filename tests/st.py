@@ -160,3 +160,12 @@ def find_bin(cli=None):
         if os.access(p, os.X_OK):
             return os.path.abspath(p)
     return None
+
+
+def secondary():
+    """True in scripts/test.sh's runs after the release one (it sets
+    MHA_TEST_SECONDARY=1 for the forced kernels, OpenBLAS, no-OpenMP and
+    sanitizer runs): tests that take it check the same code paths on fewer
+    cases there (each says which), the release run checking all of them."""
+    import os
+    return os.environ.get("MHA_TEST_SECONDARY", "") == "1"

@@ -40,6 +40,7 @@ import torch  # noqa: E402
 import book_gpt  # noqa: E402
 import book_ch5 as bt  # noqa: E402
 import mha  # noqa: E402
+import torch_cache  # noqa: E402
 
 CONFIGS = [
     # the brief's shape: the book's model, small
@@ -149,7 +150,10 @@ def main():
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     for k, cfg in enumerate(configs):
         epochs = args.epochs if k == 0 else max(1, args.epochs - 1)
-        want = run(book_gpt.GPTModel, cfg, text, epochs, eval_freq=3, eval_iter=3)
+        # the book's model: the same in every build (computed once per run of
+        # scripts/test.sh, tests/torch_cache.py)
+        want = torch_cache.cached("torch_book_train", (cfg, text, epochs, 3, 3),
+                                  lambda: run(book_gpt.GPTModel, cfg, text, epochs, eval_freq=3, eval_iter=3))
         print("config %d: %s, %d train / %d val batches; torch prints:\n%s" % (
             k, cfg, want["batches"][0], want["batches"][1], want["printed"]), end="", flush=True)
         for set_to_none in (None,) if args.sanitized else (None, True):

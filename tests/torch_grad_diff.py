@@ -14,6 +14,9 @@ y, dx = x.grad and grad.<name> for every parameter of state_dict() must
 agree within rtol 1e-4 and atol 1e-5 * max|grad| (per tensor). The output
 file must hold exactly those tensors, all F32.
 
+In scripts/test.sh's runs after the release one (MHA_TEST_SECONDARY=1) the
+default is the 32 edge cases alone, without the 18 random ones.
+
 Usage: torch_grad_diff.py [--quick | --count N] [--base-seed N] [--bin PATH]
 Run with Debian's /usr/bin/python3 (python3-torch 1.13.1).
 """
@@ -166,7 +169,9 @@ def main():
     ap.add_argument("--bin", default=None)
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
-    count = a.count if a.count is not None else (20 if a.quick else 50)
+    # scripts/test.sh's secondary runs: the edge cases alone (as above)
+    count = a.count if a.count is not None else (
+        20 if a.quick else len(tmd.edge_cases()) if st.secondary() else 50)
     binary = st.find_bin(a.bin)
     if not binary or not os.access(binary, os.X_OK):
         print("error: no mha binary (set MHA_BIN or --bin)")

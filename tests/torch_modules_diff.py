@@ -15,6 +15,10 @@ T = context_length and T < context_length, qkv_bias on/off, dropout 0 / 0.1 /
              `mha run ... --train --seed S` (the dropout mask must match);
   (d) init-eval  `mha run` on the file `mha init` wrote, vs torch eval.
 
+In scripts/test.sh's runs after the release one (MHA_TEST_SECONDARY=1: the
+forced kernels, OpenBLAS, no OpenMP, the sanitizers) the default is the 32
+edge cases alone, without the 28 random ones.
+
 Usage: torch_modules_diff.py [--quick | --count N] [--base-seed N] [--bin PATH]
 Run with Debian's /usr/bin/python3 (python3-torch 1.13.1). The binary is
 $MHA_BIN (set by ctest), else --bin, else ../build*/mha.
@@ -383,7 +387,10 @@ def main():
     ap.add_argument("--bin", default=None, help="mha binary (when MHA_BIN is not set)")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
-    count = a.count if a.count is not None else (20 if a.quick else 60)
+    # scripts/test.sh's secondary runs (st.secondary()): the edge cases alone,
+    # without the random ones, which draw more of the same paths
+    count = a.count if a.count is not None else (
+        20 if a.quick else len(edge_cases()) if st.secondary() else 60)
     binary = st.find_bin(a.bin)
     if not binary or not os.access(binary, os.X_OK):
         print("error: no mha binary (set MHA_BIN or --bin)")

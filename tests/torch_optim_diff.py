@@ -19,6 +19,11 @@ threaded paths of both). The AVX2 variant runs here; a child process runs
 the same cases with ATEN_CPU_CAPABILITY=default against mha's DEFAULT
 variant. The max relative difference is printed per case (0 when exact).
 
+--quick runs a third of the cases, every module and every optimizer
+configuration among them; it is the default in scripts/test.sh's runs after
+the release one (MHA_TEST_SECONDARY=1: the forced kernels, no OpenMP, the
+sanitizers), whose release run compares all 40.
+
 Usage: torch_optim_diff.py [--driver PATH] [--variant avx2|default] [--quick]
 Run with Debian's /usr/bin/python3 (python3-torch 1.13.1). The driver is
 $MHA_BUILD_DIR/tests/optim_driver (set by ctest), else --driver, else
@@ -305,6 +310,7 @@ def main():
     ap.add_argument("--variant", choices=["avx2", "default"])
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    a.quick = a.quick or st.secondary()  # scripts/test.sh's secondary runs
     driver = find_driver(a.driver)
     if not driver or not os.access(driver, os.X_OK):
         print("torch_optim_diff: optim_driver not found (build it, or pass --driver)")
