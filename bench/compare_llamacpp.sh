@@ -34,6 +34,12 @@ m=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --prompt-token
 # the same weights held in bf16 (read F32, rounded once at load): the 16-bit figure
 mb=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --dtype bf16 --prompt-tokens 1024 --decode 64 \
       --rounds 3 --threads "$threads" --json | tail -1)
+# resident memory at a decode's context (a 4-token prompt, 64 tokens): at the 1024-token prefill
+# above the F32 KV cache (72 MiB for 124M) and the prefill's activations weigh on both dtypes alike
+rs=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --prompt-tokens 4 --decode 64 --rounds 1 \
+      --threads "$threads" --json | tail -1)
+rsb=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --dtype bf16 --prompt-tokens 4 --decode 64 \
+      --rounds 1 --threads "$threads" --json | tail -1)
 l=$(cd "$dir" && node bench.js "$stem.gguf" "$threads" 3 2>/dev/null | tail -1)
 h='{}'
 [ -f "$dir/${stem}_f16.gguf" ] && h=$(cd "$dir" && node bench.js "${stem}_f16.gguf" "$threads" 3 2>/dev/null | tail -1)
@@ -48,9 +54,9 @@ echo "mha bf16:      $mb"
 echo "llama.cpp:     $l"
 echo "llama.cpp F16: $h"
 echo "torch:         $t"
-/usr/bin/python3 - "$m" "$l" "$h" "$t" "$mb" <<'PY'
+/usr/bin/python3 - "$m" "$l" "$h" "$t" "$mb" "$rs" "$rsb" <<'PY'
 import json, sys
-m, l, h, t, mb = (json.loads(a) for a in sys.argv[1:6])
+m, l, h, t, mb, rs, rsb = (json.loads(a) for a in sys.argv[1:8])
 print("prefill 1024: mha %.1f tokens/s, llama.cpp %.1f -> %.2fx" % (
     m["prefill_tokens_per_s"], l["prefill_1024_tok_s"], m["prefill_tokens_per_s"] / l["prefill_1024_tok_s"]))
 print("decode:       mha %.2f tokens/s, llama.cpp %.2f -> %.2fx" % (
@@ -67,6 +73,8 @@ print("mha bf16: decode %.2f tokens/s (%.2fx mha F32's), %.2f ms/token = %.2fx r
     mb["decode_tokens_per_s"], mb["decode_tokens_per_s"] / m["decode_tokens_per_s"], mb["decode_ms_per_token"],
     mb["decode_ms_per_token"] / mb["weights_read_ms"], mb["read_mib"], mb["stream_read_gbps"],
     mb["prefill_tokens_per_s"], mb["peak_rss_mib"], mb["peak_rss_mib"] / m["peak_rss_mib"]))
+print("peak RSS at a decode's context (4-token prompt, 64 decoded): F32 %.0f MiB, bf16 %.0f MiB (%.2fx)" % (
+    rs["peak_rss_mib"], rsb["peak_rss_mib"], rsb["peak_rss_mib"] / rs["peak_rss_mib"]))
 if h:
     print("mha bf16 / llama.cpp F16 decode: %.2fx" % (mb["decode_tokens_per_s"] / h["decode_tok_s"]))
 if t:
