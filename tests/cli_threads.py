@@ -18,16 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
 
 MHA = st.find_bin()
-passed = failed = 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what)
+tally = st.Tally()
+check = tally.check
 
 
 def run(args, env_extra):
@@ -80,8 +72,8 @@ def main():
                 for n, o in zip((2, 3), outs[1:]):
                     check(o == outs[0], "%s: 1 vs %d threads differ" % (name, n))
                 print("%s: 1/2/3 threads %s" % (name, "identical" if outs[0] == outs[1] == outs[2] else "DIFFER"))
-    print("cli_threads: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    print("cli_threads: %d passed, %d failed" % (tally.passes, tally.fails))
+    return tally.status()
 
 
 if __name__ == "__main__":

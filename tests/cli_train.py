@@ -24,14 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import st  # noqa: E402
 
-fails = 0
-
-
-def check(cond, msg):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL " + msg)
+tally = st.Tally()
+check = tally.check
 
 
 def run(binary, *args, threads=None):
@@ -104,8 +98,8 @@ def main():
             rc, _, err = run(binary, "train", *args)
             check(rc == 1 and err.count("\n") == 1 and what in err,
                   "train %s: exit %d, stderr %r (want one line naming %r)" % (" ".join(args), rc, err, what))
-    print("%s" % ("cli_train: ok" if not fails else "cli_train: %d failed" % fails))
-    return 1 if fails else 0
+    print("%s" % ("cli_train: ok" if not tally.fails else "cli_train: %d failed" % tally.fails))
+    return tally.status()
 
 
 if __name__ == "__main__":

@@ -29,14 +29,8 @@ sys.path.insert(0, HERE)
 import st  # noqa: E402
 import torch_cache  # noqa: E402
 
-fails = 0
-
-
-def check(cond, msg):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL " + msg, flush=True)
+tally = st.Tally()
+check = tally.check
 
 
 MHA = os.environ.get("MHA_BIN") or st.find_bin()
@@ -226,8 +220,8 @@ def main():
     after = {f: open(os.path.join(a, f), "rb").read() for f in FILES}
     check(before == after, "a refused command changed the run's files")
     subprocess.run(["rm", "-rf", tmp])
-    print("cli_train_gpt: %s" % ("OK" if fails == 0 else "%d FAILED" % fails))
-    return 1 if fails else 0
+    print("cli_train_gpt: %s" % ("OK" if tally.fails == 0 else "%d FAILED" % tally.fails))
+    return tally.status()
 
 
 if __name__ == "__main__":

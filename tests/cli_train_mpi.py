@@ -29,16 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import st  # noqa: E402
 
-fails = passes = 0
-
-
-def check(cond, msg):
-    global fails, passes
-    if cond:
-        passes += 1
-    else:
-        fails += 1
-        print("FAIL " + msg, flush=True)
+tally = st.Tally()
+check = tally.check
 
 
 MHA = os.environ.get("MHA_BIN") or st.find_bin()
@@ -184,8 +176,8 @@ def main():
           "--batch 2 under 4 processes: %s" % p.stderr.decode()[-500:])
 
     shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (passes, fails))
-    return 1 if fails else 0
+    print("%d passed, %d failed" % (tally.passes, tally.fails))
+    return tally.status()
 
 
 def rank_pid(out, rank):

@@ -169,3 +169,22 @@ def secondary():
     cases there (each says which), the release run checking all of them."""
     import os
     return os.environ.get("MHA_TEST_SECONDARY", "") == "1"
+
+
+class Tally:
+    """A test's checks, counted: check(cond, msg) prints "FAIL msg" when cond
+    is false; status() is the exit status (1 on any failure)."""
+
+    def __init__(self):
+        self.passes = 0
+        self.fails = 0
+
+    def check(self, cond, msg):
+        if cond:
+            self.passes += 1
+        else:
+            self.fails += 1
+            print("FAIL " + str(msg), flush=True)
+
+    def status(self):
+        return 1 if self.fails else 0

@@ -27,14 +27,8 @@ sys.path.insert(0, HERE)
 import st  # noqa: E402
 
 SVG = "{http://www.w3.org/2000/svg}"
-fails = 0
-
-
-def check(cond, msg):
-    global fails
-    if not cond:
-        fails += 1
-        print("FAIL " + msg)
+tally = st.Tally()
+check = tally.check
 
 
 def parse(path):
@@ -161,8 +155,8 @@ def main():
         check(binary is not None, "no mha binary (MHA_BIN)")
         if binary:
             check_train(binary, tmp)
-    print("svg_charts: %s" % ("ok" if not fails else "%d failed" % fails))
-    return 1 if fails else 0
+    print("svg_charts: %s" % ("ok" if not tally.fails else "%d failed" % tally.fails))
+    return tally.status()
 
 
 if __name__ == "__main__":

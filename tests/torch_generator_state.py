@@ -39,19 +39,12 @@ import mha  # noqa: E402
 from mha import _lib  # noqa: E402
 
 import book_modules as bm  # noqa: E402
+import st  # noqa: E402
 
 L = _lib.lib
 SIZE = 5056
-fails = 0
-checks = 0
-
-
-def check(ok, what):
-    global fails, checks
-    checks += 1
-    if not ok:
-        fails += 1
-        print("FAIL:", what, flush=True)
+tally = st.Tally()
+check = tally.check
 
 
 def new_gen(seed=0):
@@ -243,5 +236,5 @@ if __name__ == "__main__":
     test_export_import()
     test_errors()
     test_python_binding()
-    print("torch_generator_state: %d passed, %d failed" % (checks - fails, fails))
-    sys.exit(1 if fails else 0)
+    print("torch_generator_state: %d passed, %d failed" % (tally.passes, tally.fails))
+    sys.exit(tally.status())
