@@ -64,7 +64,7 @@ VINL void finish_row(vf a, const void *w, const float *x, int64_t kv, int64_t K,
  * streams are 8 rows long (12 KiB of 768-wide bf16 rows), too short for the
  * hardware prefetchers to run far ahead. One thread of a 2-core Zen 5 then
  * widened and summed bf16 rows at 0.93-0.95 of a plain read of them,
- * against 0.74-0.78 without (and the 2-thread bf16 decode of GPT-2 124M
+ * against 0.70-0.78 without (and the 2-thread bf16 decode of GPT-2 124M
  * took 0.83-0.92 of its time, interleaved runs; F32 0.97); 256 and 384
  * bytes were slower, 768-2048 no better. Prefetches change no value. */
 #ifndef GEMV_PF
