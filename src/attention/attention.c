@@ -120,7 +120,8 @@ static void draw_order_head(const mha__attention_desc *d, int64_t n, int64_t *b,
 }
 
 /* PyTorch's mask, drawn into bits one head at a time, in draw order, by
- * whichever thread first needs a head not drawn yet; the other threads keep
+ * whichever thread first needs a head not drawn yet, and one head ahead by
+ * the thread that starts a head's first task; the other threads keep
  * computing heads already drawn. The draws are serial, the rest is not. */
 typedef struct {
     const mha__attention_desc *d;
@@ -209,6 +210,10 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
             /* Heads in draw order so that drawing overlaps computing;
              * within a head, the costliest (last) query blocks first. */
             ensure_drawn(&md, task / nqb);
+            /* The first task of a head draws the next head too, while the
+             * other threads compute this one: drawn only on demand, each
+             * head's draw kept every other thread waiting at the lock. */
+            if (task % nqb == 0 && task / nqb + 1 < B * H) ensure_drawn(&md, task / nqb + 1);
             draw_order_head(d, task / nqb, &b, &h);
             qb = nqb - 1 - task % nqb;
         } else {
