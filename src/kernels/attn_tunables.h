@@ -21,8 +21,12 @@
  * measured on the project machine in paired runs (12 GPT-2 heads, 1
  * thread): T = 1024 took 73 ms with 64-key tiles, 67-70 with 128, 64-69
  * with 192..512; 2 panels per q-block 2-4% faster than 1, 4 alike; dK/dV
- * tiles 6 keys x 2 vectors and 3 x 4 alike. AVX-512: 128-key tiles, 1
- * panel (32 queries), 12 x 2 dK/dV tiles, by analogy, unmeasured. */
+ * tiles 6 keys x 2 vectors and 3 x 4 alike. AVX-512: 256-key tiles, 1
+ * panel (32 queries), 12 x 2 dK/dV tiles; measured on an AMD Zen 5 (2
+ * threads, bench_attn_core --backward, 3 sets of interleaved runs, min):
+ * 256-key tiles took 120-127 ms at (8, 1024) against 122-135 with 128, and
+ * 15.8-16.4 against 16.2-16.8 at (1, 1024); 512 keys, 2 panels, or 6 x 4
+ * and 8 x 2 dK/dV tiles alike within the host's noise. */
 #ifndef MHA_ATTN_TUNABLES_H
 #define MHA_ATTN_TUNABLES_H
 
@@ -91,7 +95,7 @@
 #define ATTN_CROWD MHA_ATTN_AVX512_CROWD
 /* backward (attn_bwd_body.h) */
 #ifndef MHA_ATTN_AVX512_BWD_KB
-#define MHA_ATTN_AVX512_BWD_KB 128 /* keys per tile (a multiple of 4) */
+#define MHA_ATTN_AVX512_BWD_KB 256 /* keys per tile (a multiple of 4) */
 #endif
 #ifndef MHA_ATTN_AVX512_BWD_NP
 #define MHA_ATTN_AVX512_BWD_NP 1 /* panels per q-block */
