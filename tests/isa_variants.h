@@ -35,6 +35,11 @@ mha__residual_add_kernel mha__residual_add_gen16;
 mha__layernorm_backward_kernel mha__layernorm_backward_gen16;
 mha__gelu_backward_kernel mha__gelu_backward_gen16;
 
+/* mt_gen16.c: mt_body.h on the emulated AVX-512 layer. */
+mha__mt_twist_kernel mha__mt_twist_gen16;
+mha__mt_temper_kernel mha__mt_temper_gen16;
+mha__mt_twist_temper_kernel mha__mt_twist_temper_gen16;
+
 /* gemv_gen16.c: gemv_body.h on the emulated AVX-512 layer. */
 mha__gemv_kernel mha__gemv_gen16;
 mha__gemv_bf16_kernel mha__gemv_bf16_gen16;

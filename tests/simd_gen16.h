@@ -128,6 +128,14 @@ VINL vi vi_add(vi a, vi b) { return a + b; }
 VINL vi vi_and(vi a, vi b) { return a & b; }
 VINL vi vi_xor(vi a, vi b) { return a ^ b; }
 VINL vi vi_shl(vi a, int n) { return a << (uint32_t)n; } /* 0 <= n < 32 */
+VINL vi vi_or(vi a, vi b) { return a | b; }
+VINL vi vi_shru(vi a, int n) { return a >> (uint32_t)n; } /* lanes are uint32_t */
+VINL vi vi_sar(vi a, int n) {
+    vi r;
+    for (int i = 0; i < VW; i++) r[i] = (uint32_t)((int32_t)a[i] >> n);
+    return r;
+}
+VINL void vi_storeu(int32_t *p, vi x) { memcpy(p, &x, sizeof x); }
 VINL vi vf_as_vi(vf x) { return (vi)x; }
 VINL vf vi_as_vf(vi x) { return (vf)x; }
 VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {

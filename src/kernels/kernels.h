@@ -202,7 +202,7 @@ typedef struct {
  * (the reference LayerNorm's and its backward's). */
 void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *rstd);
 
-/* ---- The generator's bulk steps (mt_ref.c, mt_avx2.c) --------------------
+/* ---- The generator's bulk steps (mt_ref.c; mt_body.h, mt_avx2.c) ---------
  * "mt_twist": regenerates the mt19937 state st[624] in place;
  * "mt_temper": dst[i] = temper(src[i]), i < n;
  * "mt_twist_temper": twist, then temper all 624 words into dst;
@@ -288,9 +288,9 @@ typedef struct {
       Y, Y)                                                                                        \
     X(gelu_backward, void, (float *d, const float *f, int64_t n), Y, Y)                            \
     X(colsum, void, (double *s, const float *a, int64_t rows, int64_t n, int64_t lda), N, N)       \
-    X(mt_twist, void, (uint32_t *st), Y, N)                                                        \
-    X(mt_temper, void, (const uint32_t *src, uint32_t *dst, size_t n), Y, N)                       \
-    X(mt_twist_temper, void, (uint32_t *st, uint32_t *dst), Y, N)                                  \
+    X(mt_twist, void, (uint32_t *st), Y, Y)                                                        \
+    X(mt_temper, void, (const uint32_t *src, uint32_t *dst, size_t n), Y, Y)                       \
+    X(mt_twist_temper, void, (uint32_t *st, uint32_t *dst), Y, Y)                                  \
     X(keep_bits_raw, void, (const uint32_t *raw, size_t n, uint64_t threshold, uint64_t *bits),    \
       Y, N)                                                                                        \
     X(dropout_apply, void, (float *out, const float *in, const uint64_t *bits, size_t n,           \

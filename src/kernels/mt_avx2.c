@@ -1,100 +1,21 @@
 /* mt_avx2.c — AVX2 kernels of the generator's bulk paths (generator.c runs
  * them through the dispatch table; the reference versions, mt_ref.c, give
  * identical bits):
- *   - the mt19937 twist, 8 words at a time, in place;
- *   - the tempering of a run of state words;
+ *   - the mt19937 twist and tempering: mt_body.h on the AVX2 layer (8
+ *     words at a time; mt_avx512.c compiles the same body 16 at a time);
  *   - U53 < q keep bits from pairs of raw outputs (integer compare);
  *   - applying keep bits to a float row (dropout's in * noise).
  * Only integer operations and one float multiply (IEEE, identical to the
- * scalar mulss) are used, so nothing here can round differently. */
-#include "kernels.h"
-#include "mt19937.h"
+ * scalar mulss) are used, so nothing here can round differently. The keep
+ * bits and the dropout serve the AVX-512 table too. */
+#include "simd_avx2.h"
+
+#define MHA_KSFX avx2
+#include "mt_body.h"
 
 #include <immintrin.h>
 
-enum { MT_N = MHA_MT_N, MT_M = MHA_MT_M, MT_D = MT_N - MT_M /* 227 */ };
-
-/* mix(u, v) of 8 lanes: ((u & UPPER) | (v & LOWER)) >> 1, xor MATRIX where
- * v is odd. */
-static inline __m256i mix8(__m256i u, __m256i v) {
-    const __m256i upper = _mm256_set1_epi32((int)0x80000000u);
-    const __m256i matrix = _mm256_set1_epi32((int)0x9908b0dfu);
-    /* (u & upper) | (v & ~upper) */
-    const __m256i y = _mm256_or_si256(_mm256_and_si256(u, upper), _mm256_andnot_si256(upper, v));
-    /* all ones where v is odd: bit 0 moved to the sign, spread by srai */
-    const __m256i odd = _mm256_srai_epi32(_mm256_slli_epi32(v, 31), 31);
-    return _mm256_xor_si256(_mm256_srli_epi32(y, 1), _mm256_and_si256(odd, matrix));
-}
-
 static inline __m256i ld8(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static inline void st8(uint32_t *p, __m256i v) { _mm256_storeu_si256((__m256i *)p, v); }
-
-/* The in-place twist, word for word the scalar one:
- *   k in [0, 227):   st[k] = st[k + 397] ^ mix(st[k], st[k + 1])  (all old)
- *   k in [227, 623): st[k] = st[k - 227] ^ mix(st[k], st[k + 1])  (st[k-227] new)
- *   k = 623:         st[623] = st[396] ^ mix(st[623], st[0])       (both new)
- * An 8-lane step at k reads st[k..k+8] and st[k+397..k+404] before writing
- * st[k..k+7]: st[k+8] is still old (written by the next step), and in the
- * first range k + 404 < 624 is never written before. In the second range
- * the lanes read st[k-227..k-220], all written by earlier steps because
- * 227 > 8. The words where a step would straddle a range boundary
- * (224..226, 619..622) and k = 623 are done one at a time. */
-void mha__mt_twist_avx2(uint32_t *st) {
-    int k = 0;
-    for (; k + 8 <= MT_D; k += 8) st8(st + k, _mm256_xor_si256(ld8(st + k + MT_M), mix8(ld8(st + k), ld8(st + k + 1))));
-    for (; k < MT_D; k++) st[k] = st[k + MT_M] ^ mha__mt_mix(st[k], st[k + 1]);
-    for (; k + 8 <= MT_N - 1; k += 8) st8(st + k, _mm256_xor_si256(ld8(st + k - MT_D), mix8(ld8(st + k), ld8(st + k + 1))));
-    for (; k < MT_N - 1; k++) st[k] = st[k - MT_D] ^ mha__mt_mix(st[k], st[k + 1]);
-    st[MT_N - 1] = st[MT_M - 1] ^ mha__mt_mix(st[MT_N - 1], st[0]);
-}
-
-static inline __m256i temper8(__m256i y) {
-    const __m256i b = _mm256_set1_epi32((int)0x9d2c5680u);
-    const __m256i c = _mm256_set1_epi32((int)0xefc60000u);
-    y = _mm256_xor_si256(y, _mm256_srli_epi32(y, 11));
-    y = _mm256_xor_si256(y, _mm256_and_si256(_mm256_slli_epi32(y, 7), b));
-    y = _mm256_xor_si256(y, _mm256_and_si256(_mm256_slli_epi32(y, 15), c));
-    return _mm256_xor_si256(y, _mm256_srli_epi32(y, 18));
-}
-
-void mha__mt_temper_avx2(const uint32_t *src, uint32_t *dst, size_t n) {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256i a = temper8(ld8(src + i)), b = temper8(ld8(src + i + 8));
-        st8(dst + i, a);
-        st8(dst + i + 8, b);
-    }
-    for (; i + 8 <= n; i += 8) st8(dst + i, temper8(ld8(src + i)));
-    for (; i < n; i++) dst[i] = mha__mt_temper1(src[i]);
-}
-
-/* Twist, then temper all 624 words into dst: the common case of a bulk
- * draw, one pass over the state instead of two. Same order of writes to st
- * as mha__mt_twist_avx2; each tempered word is the final new value (a word
- * is written once per twist). */
-void mha__mt_twist_temper_avx2(uint32_t *st, uint32_t *dst) {
-    int k = 0;
-    for (; k + 8 <= MT_D; k += 8) {
-        const __m256i x = _mm256_xor_si256(ld8(st + k + MT_M), mix8(ld8(st + k), ld8(st + k + 1)));
-        st8(st + k, x);
-        st8(dst + k, temper8(x));
-    }
-    for (; k < MT_D; k++) {
-        st[k] = st[k + MT_M] ^ mha__mt_mix(st[k], st[k + 1]);
-        dst[k] = mha__mt_temper1(st[k]);
-    }
-    for (; k + 8 <= MT_N - 1; k += 8) {
-        const __m256i x = _mm256_xor_si256(ld8(st + k - MT_D), mix8(ld8(st + k), ld8(st + k + 1)));
-        st8(st + k, x);
-        st8(dst + k, temper8(x));
-    }
-    for (; k < MT_N - 1; k++) {
-        st[k] = st[k - MT_D] ^ mha__mt_mix(st[k], st[k + 1]);
-        dst[k] = mha__mt_temper1(st[k]);
-    }
-    st[MT_N - 1] = st[MT_M - 1] ^ mha__mt_mix(st[MT_N - 1], st[0]);
-    dst[MT_N - 1] = mha__mt_temper1(st[MT_N - 1]);
-}
 
 /* raw holds 2n outputs, (hi, lo) per element. Per 64-bit lane the
  * little-endian load has hi in the low half and lo in the high half;

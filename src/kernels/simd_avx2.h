@@ -15,7 +15,8 @@
  *   vf_lt, vf_eq    ordered compares (false on NaN); vf_neq_u: unordered
  *   vf_select(m,a,b) m ? a : b;  vf_keep(m,x) m ? x : 0;
  *   vf_zero_where(m,x) m ? 0 : x;  vm_any(m): some lane set;  vm_or
- *   vi_set1/iota (0, 1, .., VW-1)/loadu/add/and/xor/shl, vf_as_vi/vi_as_vf
+ *   vi_set1/iota (0, 1, .., VW-1)/loadu/storeu/add/and/or/xor/shl, shru
+ *   and sar (logical and arithmetic right shifts), vf_as_vi/vi_as_vf
  *   (bit casts), vi_lt (signed), vu_lt (unsigned), vu_mulhilo(a, b): hi
  *   and lo 32 bits of a * b unsigned (b: one value in every lane),
  *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane).

@@ -40,6 +40,10 @@ VINL vi vi_add(vi a, vi b) { return MM(add_epi32)(a, b); }
 VINL vi vi_and(vi a, vi b) { return MM_SI(and)(a, b); }
 VINL vi vi_xor(vi a, vi b) { return MM_SI(xor)(a, b); }
 VINL vi vi_shl(vi a, int n) { return MM(slli_epi32)(a, (unsigned)n); }
+VINL vi vi_or(vi a, vi b) { return MM_SI(or)(a, b); }
+VINL vi vi_shru(vi a, int n) { return MM(srli_epi32)(a, (unsigned)n); }
+VINL vi vi_sar(vi a, int n) { return MM(srai_epi32)(a, (unsigned)n); }
+VINL void vi_storeu(int32_t *p, vi x) { MM_SI(storeu)((void *)p, x); }
 VINL vi vf_as_vi(vf x) { return MM_CASTPS_SI(x); }
 VINL vf vi_as_vf(vi x) { return MM_CASTSI_PS(x); }
 
