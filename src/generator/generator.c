@@ -12,7 +12,7 @@
  * Bulk paths (same bits, same generator state as the scalar calls): raw
  * draws n at a time (mha__generator_random_bulk) and dropout keep bits
  * (mha__generator_keep_bits), on the active dispatch table's kernels
- * (kernels/mt_ref.c, kernels/mt_avx2.c); mha_generator_dropout runs on
+ * (kernels/mt_ref.c, kernels/mt_body.h, kernels/mt_avx2.c); mha_generator_dropout runs on
  * them.
  *
  * Exactness rules: the library is compiled with -ffp-contract=off, so every

@@ -1,5 +1,5 @@
 /* mt19937.h — the scalar steps of mt19937 that the generator's engine
- * (generator.c) and the bulk kernels (mt_ref.c, mt_avx2.c) share. */
+ * (generator.c) and the bulk kernels (mt_ref.c, mt_body.h, mt_avx2.c) share. */
 #ifndef MHA_MT19937_H
 #define MHA_MT19937_H
 
