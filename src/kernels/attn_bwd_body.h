@@ -307,7 +307,8 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     bwd_bufs B;
     bwd_layout((size_t)HD, (size_t)HDP,
                (float *)(void *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u), &B);
-    const bool pack_k = crowded(a->ldk, HD, BKB), pack_v = crowded(a->ldv, HD, BKB);
+    const bool pack_k = crowded(a->ldk, HD, BKB, ATTN_BWD_CROWD);
+    const bool pack_v = crowded(a->ldv, HD, BKB, ATTN_BWD_CROWD);
     const keep_src ks = {a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream,
                          a->keep_threshold};
     const float dsc = a->drop == MHA_DROP_NONE ? 1.0f : a->drop_scale;

@@ -306,7 +306,8 @@ void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
     float *kp = lrow + QB;          /* (KB, HD): K rows k0 .. k0+kn-1 */
     float *vp = kp + KB * ldp + VW; /* (KB, HD): V rows */
 
-    const bool pack_k = crowded(a->ldk, HD, KB), pack_v = crowded(a->ldv, HD, KB);
+    const bool pack_k = crowded(a->ldk, HD, KB, ATTN_CROWD);
+    const bool pack_v = crowded(a->ldv, HD, KB, ATTN_CROWD);
     const keep_src ks = {a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream,
                          a->keep_threshold};
 

@@ -11,6 +11,7 @@
  *   ATTN_QK_MR       max keys per QK register tile (<= 14)
  *   ATTN_PV_MR       max output dims per PV register tile (<= 14)
  *   ATTN_CROWD       lines of a K/V tile per cache set that trigger a copy
+ *   ATTN_BWD_CROWD   the same for the backward's key tiles
  *
  * Layout: the vector lanes are queries. A "panel" is PW consecutive
  * queries; Q^T[d][0:PW] is a packed panel (pack_panel). The two products
@@ -27,7 +28,8 @@
 #ifndef VW
 #error "include a SIMD layer (simd_avx2.h, simd_avx512.h) before attn_panel.h"
 #endif
-#if !defined(ATTN_NV) || !defined(ATTN_QK_MR) || !defined(ATTN_PV_MR) || !defined(ATTN_CROWD)
+#if !defined(ATTN_NV) || !defined(ATTN_QK_MR) || !defined(ATTN_PV_MR) || !defined(ATTN_CROWD) || \
+    !defined(ATTN_BWD_CROWD)
 #error "define the ATTN_* tunables (attn_tunables.h) before including attn_panel.h"
 #endif
 #if !defined(__AVX2__)
@@ -330,27 +332,30 @@ static void pack_qt(const float *q, int64_t ldq, int64_t p0, int nv, int64_t HD,
  * strides, e.g. a packed qkv buffer with D_out = 1024 or 4096). Such tiles
  * are copied to contiguous scratch first; ordinary strides are read in
  * place. */
-static bool crowded_scan(int64_t ld, int64_t HD, int64_t rows) {
+static bool crowded_scan(int64_t ld, int64_t HD, int64_t rows, unsigned limit) {
     unsigned cnt[64] = {0};
     const int64_t lines = (HD * 4 + 63) / 64 + 1; /* a row may straddle */
     for (int64_t j = 0; j < rows; j++) {
         const int64_t l0 = j * ld * 4 / 64;
         for (int64_t t = 0; t < lines && t < 64; t++)
-            if (++cnt[(l0 + t) & 63] > ATTN_CROWD) return true;
+            if (++cnt[(l0 + t) & 63] > limit) return true;
     }
     return false;
 }
 
 /* crowded_scan, memoised per thread (every call of a forward has the same
- * strides; the scan is ~1% of a short call). */
-static bool crowded(int64_t ld, int64_t HD, int64_t rows) {
+ * strides; the scan is ~1% of a short call). limit: ATTN_CROWD for the
+ * forward's tiles, ATTN_BWD_CROWD for the backward's. */
+static bool crowded(int64_t ld, int64_t HD, int64_t rows, unsigned limit) {
     static _Thread_local int64_t memo_ld = -1, memo_hd = -1, memo_rows = -1;
+    static _Thread_local unsigned memo_limit;
     static _Thread_local bool memo;
-    if (ld != memo_ld || HD != memo_hd || rows != memo_rows) {
-        memo = crowded_scan(ld, HD, rows);
+    if (ld != memo_ld || HD != memo_hd || rows != memo_rows || limit != memo_limit) {
+        memo = crowded_scan(ld, HD, rows, limit);
         memo_ld = ld;
         memo_hd = HD;
         memo_rows = rows;
+        memo_limit = limit;
     }
     return memo;
 }

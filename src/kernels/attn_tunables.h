@@ -14,7 +14,13 @@
  * accumulators. Measured on an AVX-512 machine: KB = 128 is 7-25% faster
  * than 64 at the GPT-2 shapes (96..192 alike, 14-key or 8-key tiles alike,
  * NV = 4 alike, NV = 1 ~10% slower); copying GPT-2's stride-2304 K/V tiles
- * or not makes no difference, so the crowding threshold is AVX2's.
+ * or not made no difference there. On an AMD Zen 5 the forward ran 5% faster
+ * at (8, 1024) without the copies (48.3-50.0 ms against 51.3-55.2, 5
+ * interleaved runs, bench_attn_core; alike at (1, 1024) and (8, 256)) and
+ * the backward 2-3% slower: the forward copies only tiles with more than 64
+ * lines in a set (a 128-key tile of GPT-2 small, large and XL has 32, 32
+ * and 16 by crowded_scan's count; medium's stride 3072 puts 128 there), the
+ * backward keeps AVX2's 16.
  *
  * Backward (the panels and QK/PV tiles are the forward's): AVX2 key tiles
  * of 256 (128 .. 512 after edge merging) and q-blocks of 2 panels,
@@ -47,6 +53,7 @@
 #define ATTN_QK_MR 6 /* 6 x 2 accumulators + 2 loads + 1 broadcast of 16 ymm */
 #define ATTN_PV_MR 6
 #define ATTN_CROWD MHA_ATTN_AVX2_CROWD
+#define ATTN_BWD_CROWD MHA_ATTN_AVX2_CROWD
 /* backward (attn_bwd_body.h) */
 #ifndef MHA_ATTN_AVX2_BWD_KB
 #define MHA_ATTN_AVX2_BWD_KB 256 /* keys per tile (a multiple of 4) */
@@ -83,7 +90,10 @@
 #define MHA_ATTN_AVX512_PV_MR 12 /* max output dims per PV register tile (<= 14) */
 #endif
 #ifndef MHA_ATTN_AVX512_CROWD
-#define MHA_ATTN_AVX512_CROWD 16 /* lines of a K/V tile per cache set that trigger a copy */
+#define MHA_ATTN_AVX512_CROWD 64 /* lines of a K/V tile per cache set that trigger a copy */
+#endif
+#ifndef MHA_ATTN_AVX512_BWD_CROWD
+#define MHA_ATTN_AVX512_BWD_CROWD 16 /* the same, the backward's key tiles */
 #endif
 /* In vectors of the layer: the panel stays 16 * NV queries on a narrower
  * layer (tests/attn_avx2w32.c runs these tiles on simd_avx2.h). */
@@ -93,6 +103,7 @@
 #define ATTN_QK_MR MHA_ATTN_AVX512_QK_MR
 #define ATTN_PV_MR MHA_ATTN_AVX512_PV_MR
 #define ATTN_CROWD MHA_ATTN_AVX512_CROWD
+#define ATTN_BWD_CROWD MHA_ATTN_AVX512_BWD_CROWD
 /* backward (attn_bwd_body.h) */
 #ifndef MHA_ATTN_AVX512_BWD_KB
 #define MHA_ATTN_AVX512_BWD_KB 256 /* keys per tile (a multiple of 4) */
