@@ -56,9 +56,11 @@ table=()
 times_file=$(mktemp)
 vg_out=$(mktemp)
 # The torch references no build changes (chapter 5's training runs in torch:
-# cli_train_gpt, torch_book_train) are computed by the first configuration
-# that needs them and read back by the later ones (tests/torch_cache.py),
-# from a directory of this run's unless the user names one.
+# cli_train_gpt, torch_book_train, whose release run also computes the
+# sanitizer run's; torch's draws in torch_generator_diff; autograd's
+# tensors in torch_grad_diff) are computed by the first configuration that
+# needs them and read back by the later ones (tests/torch_cache.py), from
+# a directory of this run's unless the user names one.
 torch_cache=""
 if [ -z "${MHA_TORCH_CACHE:-}" ]; then
   torch_cache=$(mktemp -d)
