@@ -56,9 +56,11 @@ table=()
 times_file=$(mktemp)
 vg_out=$(mktemp)
 # The torch references no build changes (chapter 5's training runs in torch:
-# cli_train_gpt, torch_book_train) are computed by the first configuration
-# that needs them and read back by the later ones (tests/torch_cache.py),
-# from a directory of this run's unless the user names one.
+# cli_train_gpt, torch_book_train, whose release run also computes the
+# sanitizer run's; torch's draws in torch_generator_diff; autograd's
+# tensors in torch_grad_diff) are computed by the first configuration that
+# needs them and read back by the later ones (tests/torch_cache.py), from
+# a directory of this run's unless the user names one.
 torch_cache=""
 if [ -z "${MHA_TORCH_CACHE:-}" ]; then
   torch_cache=$(mktemp -d)
@@ -88,6 +90,11 @@ step_end() { # label
 # the tests labelled env-independent (tests/CMakeLists.txt): they name their
 # kernels or compute nothing through the kernel layer, so they would repeat
 # the release run bit for bit; the OpenBLAS run also those labelled no-gemm.
+# The MHA_ISA runs also leave out the tests labelled isa-independent
+# (cli_threads, which sets MHA_ISA itself to each ISA in turn, and
+# install_package, this build's installed files), and the MHA_ISA=avx2 run the tests
+# labelled no-avx512 (the generator's: its kernels have no AVX-512 body, so
+# the release run on an AVX-512 CPU runs the AVX2 ones).
 run() { # name, build dir, labels to leave out (a regex, or ""), env..., -- cmake args
   local name=$1 dir=$2 skip=$3; shift 3
   local envs=() leave_out=()
@@ -105,9 +112,9 @@ run() { # name, build dir, labels to leave out (a regex, or ""), env..., -- cmak
 }
 
 run "release" build-test "" -- -DCMAKE_BUILD_TYPE=Release
-run "reference kernels (MHA_ISA=ref)" build-test "env-independent|whole-run" MHA_ISA=ref MHA_TEST_SECONDARY=1 --
+run "reference kernels (MHA_ISA=ref)" build-test "env-independent|whole-run|isa-independent" MHA_ISA=ref MHA_TEST_SECONDARY=1 --
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
-  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test "env-independent|whole-run" MHA_ISA=avx2 \
+  run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test "env-independent|whole-run|isa-independent|no-avx512" MHA_ISA=avx2 \
     MHA_TEST_SECONDARY=1 --
 fi
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then

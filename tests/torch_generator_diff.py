@@ -13,6 +13,11 @@ reads that variable only at start-up, hence the child process.
 After most cases both sides also take a few raw 32-bit draws, so a wrong
 draw count shows up as a mismatch even when the values matched.
 
+Under scripts/test.sh torch's side of each variant (the script for gen_dump
+and torch's outputs, which no build changes) is computed by the first
+configuration and read back by the later ones (tests/torch_cache.py),
+which then neither import torch nor start the child.
+
 Exit status: 0 when everything matched, 1 on any mismatch or error.
 """
 import os
@@ -21,7 +26,11 @@ import sys
 import time
 
 import numpy as np
-import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_cache  # noqa: E402
+
+torch = None  # imported by reference() when torch_cache holds no value
 
 RANDINT_RANGE = 2**32 - 1  # torch.randint range that still uses random()
 
@@ -334,12 +343,13 @@ def parse_line(line, kind):
     line = line.strip()
     if not line:
         return np.zeros(0, dtype=np.uint64 if kind != "f32" else np.uint32)
-    words = line.split(" ")
+    # fixed-width hex words (%08x, %016x) separated by spaces, which
+    # bytes.fromhex skips: millions of values, no per-word Python objects
     if kind == "u64":
-        return np.array([int(w, 16) for w in words], dtype=np.uint64)
+        return np.frombuffer(bytes.fromhex(line), dtype=">u8").astype(np.uint64)
     if kind == "bytes":
         return np.frombuffer(bytes.fromhex(line), dtype=np.uint8).copy()
-    raw = np.frombuffer(bytes.fromhex("".join(words)), dtype=">u4").astype(np.uint32)
+    raw = np.frombuffer(bytes.fromhex(line), dtype=">u4").astype(np.uint32)
     return raw.astype(np.uint64) if kind == "u32" else raw
 
 
@@ -352,25 +362,42 @@ def reduce_c(arr, kind):
     return arr
 
 
+def reference_key(variant):
+    with open(os.path.abspath(__file__), encoding="utf-8") as f:
+        return (variant, f.read())  # the cases are this file's
+
+
+def reference(variant):
+    """torch's side of the variant: {"error": why} or {"script": gen_dump's
+    input, "cases": [(label, kind, [torch's arrays])]}."""
+    def compute():
+        global torch
+        import torch
+        cap = [l for l in torch.__config__.show().splitlines() if "CPU capability" in l]
+        cap = cap[0].split(":")[-1].strip() if cap else "?"
+        # torch 1.13 names the default capability "NO AVX".
+        want_cap = ("DEFAULT", "NO AVX") if variant == "default" else ("AVX2",)
+        if cap not in want_cap:
+            return {"error": "torch dispatches to %s, expected %s" % (cap, " or ".join(want_cap))}
+        torch.set_num_threads(1)
+        cases = build_cases().items
+        script = "variant %s\n" % variant + "\n".join(cmd for _, cmd, _, _ in cases) + "\n"
+        return {"script": script, "cases": [(label, kind, thunk()) for label, _, thunk, kind in cases]}
+    return torch_cache.cached("torch_generator_diff", reference_key(variant), compute)
+
+
 def run(variant):
     build = os.environ.get("MHA_BUILD_DIR")
     if not build:
         print("torch_generator_diff: MHA_BUILD_DIR is not set")
         return 1
     exe = os.path.join(build, "tests", "gen_dump")
-    cap = [l for l in torch.__config__.show().splitlines() if "CPU capability" in l]
-    cap = cap[0].split(":")[-1].strip() if cap else "?"
-    # torch 1.13 names the default capability "NO AVX".
-    want_cap = ("DEFAULT", "NO AVX") if variant == "default" else ("AVX2",)
-    if cap not in want_cap:
-        print("torch_generator_diff[%s]: torch dispatches to %s, expected %s" %
-              (variant, cap, " or ".join(want_cap)))
-        return 1
-
-    torch.set_num_threads(1)
     t0 = time.time()
-    cases = build_cases().items
-    script = "variant %s\n" % variant + "\n".join(cmd for _, cmd, _, _ in cases) + "\n"
+    ref = reference(variant)
+    if "error" in ref:
+        print("torch_generator_diff[%s]: %s" % (variant, ref["error"]))
+        return 1
+    script = ref["script"]
     proc = subprocess.run([exe], input=script.encode(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE)
     if proc.returncode != 0:
@@ -380,8 +407,7 @@ def run(variant):
     lines = proc.stdout.decode().split("\n")
     pos = 0
     n_cases = n_values = n_bad_cases = n_bad_values = 0
-    for label, _, thunk, kind in cases:
-        expected = thunk()
+    for label, kind, expected in ref["cases"]:
         for exp in expected:
             if pos >= len(lines):
                 print("FAIL %s: gen_dump output ended early" % label)
@@ -415,10 +441,13 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--variant":
         return run(sys.argv[2])
     rc = run("avx2")
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
-    child = subprocess.run([sys.executable, os.path.abspath(__file__), "--variant", "default"],
-                           env=env)
-    rc |= child.returncode
+    if torch_cache.has("torch_generator_diff", reference_key("default")):
+        rc |= run("default")  # torch's side read back: no torch to start
+    else:
+        env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
+        child = subprocess.run([sys.executable, os.path.abspath(__file__), "--variant", "default"],
+                               env=env)
+        rc |= child.returncode
     print("torch_generator_diff: %s" % ("all matched" if rc == 0 else "MISMATCH"))
     return 1 if rc else 0
 

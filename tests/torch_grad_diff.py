@@ -15,7 +15,10 @@ agree within rtol 1e-4 and atol 1e-5 * max|grad| (per tensor). The output
 file must hold exactly those tensors, all F32.
 
 In scripts/test.sh's runs after the release one (MHA_TEST_SECONDARY=1) the
-default is the 32 edge cases alone, without the 18 random ones.
+default is the 32 edge cases alone, without the 18 random ones. torch's
+side of the cases (x, dy, the weights file, autograd's tensors), which no
+build changes, is computed by the first run that needs it and read back by
+the later ones (tests/torch_cache.py).
 
 Usage: torch_grad_diff.py [--quick | --count N] [--base-seed N] [--bin PATH]
 Run with Debian's /usr/bin/python3 (python3-torch 1.13.1).
@@ -33,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import st  # noqa: E402
 import book_modules as bm  # noqa: E402
+import torch_cache  # noqa: E402
 import torch_modules_diff as tmd  # noqa: E402
 import torch  # noqa: E402
 
@@ -131,7 +135,9 @@ def check(binary, c, kind, wfile, infile, ref, ref64, tmp, worst):
     return probs
 
 
-def run_case(binary, c, tmp, worst, verbose):
+def torch_side(c, tmp):
+    """What the case's check needs from torch: the input file's tensors, the
+    weights file's bytes, autograd's tensors in F32 and F64 per mode."""
     m = c["module"]
     tmod = bm.construct(m, c, seed=c["seed"])
     rng = np.random.default_rng(5000 + c["id"])
@@ -141,15 +147,45 @@ def run_case(binary, c, tmp, worst, verbose):
         x *= 40.0
     W = bm.output_width(m, c)
     dy = rng.standard_normal(shape[:-1] + (W,)).astype(np.float32)
-    infile = os.path.join(tmp, "in_%d.safetensors" % c["id"])
-    st.write(infile, {"x": x, "dy": dy})
     wfile = os.path.join(tmp, "w_%d.safetensors" % c["id"])
     tmd.save_torch_module(wfile, c, tmod)
-    failed = 0
+    with open(wfile, "rb") as f:
+        side = {"x": x, "dy": dy, "weights": f.read()}
     for kind in ("eval", "train"):
         seed = c["train_seed"] if kind == "train" else None
-        ref = torch_grads(tmod, x, dy, seed)
-        ref64 = torch_grads(tmod, x, dy, seed, torch.float64)
+        side[kind] = (torch_grads(tmod, x, dy, seed), torch_grads(tmod, x, dy, seed, torch.float64))
+    return side
+
+
+def torch_sides(cases, key):
+    """torch_side() of every case ({"error": ...} where it raised), through
+    torch_cache under the key of this set of cases."""
+    def compute():
+        out = []
+        with tempfile.TemporaryDirectory(prefix="mha_grad_torch_") as tmp:
+            for c in cases:
+                try:
+                    out.append(torch_side(c, tmp))
+                except Exception as e:  # noqa: BLE001
+                    out.append({"error": repr(e)})
+        return out
+    with open(os.path.abspath(__file__), encoding="utf-8") as f, \
+            open(os.path.join(HERE, "torch_modules_diff.py"), encoding="utf-8") as g:
+        src = f.read() + g.read()  # the cases and torch's side are these files'
+    return torch_cache.cached("torch_grad_diff", (key, src), compute)
+
+
+def run_case(binary, c, side, tmp, worst, verbose):
+    if "error" in side:
+        raise RuntimeError(side["error"])
+    infile = os.path.join(tmp, "in_%d.safetensors" % c["id"])
+    st.write(infile, {"x": side["x"], "dy": side["dy"]})
+    wfile = os.path.join(tmp, "w_%d.safetensors" % c["id"])
+    with open(wfile, "wb") as f:
+        f.write(side["weights"])
+    failed = 0
+    for kind in ("eval", "train"):
+        ref, ref64 = side[kind]
         probs = check(binary, c, kind, wfile, infile, ref, ref64, tmp, worst)
         if probs:
             failed += 1
@@ -179,11 +215,12 @@ def main():
     torch.set_num_threads(1)
     t0 = time.time()
     cases = tmd.make_cases(count, a.base_seed)
+    sides = torch_sides(cases, (count, a.base_seed))
     worst, failed = {}, 0
     with tempfile.TemporaryDirectory(prefix="mha_grad_") as tmp:
-        for c in cases:
+        for c, side in zip(cases, sides):
             try:
-                failed += run_case(binary, c, tmp, worst, a.verbose)
+                failed += run_case(binary, c, side, tmp, worst, a.verbose)
             except Exception as e:  # noqa: BLE001
                 failed += 1
                 print("FAIL case %d (exception) %s: %r" % (c["id"], tmd.describe(c), e))
