@@ -210,9 +210,9 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
             /* Heads in draw order so that drawing overlaps computing;
              * within a head, the costliest (last) query blocks first. */
             ensure_drawn(&md, task / nqb);
-            /* The first task of a head draws the next head too, while the
-             * other threads compute this one: drawn only on demand, each
-             * head's draw kept every other thread waiting at the lock. */
+            /* The first task of a head also draws the next head, while the
+             * other threads compute this one (a head drawn only when a
+             * task needed it kept the other threads waiting at the lock). */
             if (task % nqb == 0 && task / nqb + 1 < B * H) ensure_drawn(&md, task / nqb + 1);
             draw_order_head(d, task / nqb, &b, &h);
             qb = nqb - 1 - task % nqb;

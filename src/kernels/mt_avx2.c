@@ -13,8 +13,6 @@
 #define MHA_KSFX avx2
 #include "mt_body.h"
 
-#include <immintrin.h>
-
 static inline __m256i ld8(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* raw holds 2n outputs, (hi, lo) per element. Per 64-bit lane the
