@@ -1030,7 +1030,9 @@ MHA_API mha_status mha_gpt_blocks_backward(mha_gpt *m, mha_gpt_tape *tape, float
  *   loss    [out] the mean of logsumexp(z) - z[target] over counted rows
  *   dlogits [out] (N, V) its gradient, (softmax(z) - onehot) / count, or
  *           NULL; may equal logits (overwritten).
- * Rows in double; the result does not depend on the thread count.
+ * Rows in double (each exp to about 1 ULP of double, the gradient rounded
+ * to float once), so the loss is torch's within float rounding; its bits
+ * depend on the kernel set (MHA_ISA), not on the thread count.
  * ERR_ARGUMENT: a target outside [0, V) other than -100 (named), or no
  * counted target (torch would give NaN). */
 MHA_API mha_status mha_cross_entropy(float *loss, float *dlogits, const float *logits,

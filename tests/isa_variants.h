@@ -28,12 +28,18 @@ void vexp_array_avx512(const float *x, float *y, size_t n);
 void vtanh_array_gen16(const float *x, float *y, size_t n);
 void vtanh_array_avx2(const float *x, float *y, size_t n);
 void vtanh_array_avx512(const float *x, float *y, size_t n);
+/* y[0..n) = vd_exp_neg(x[0..n)), n a multiple of 8: elementwise_gen16.c,
+ * vexp_avx2.c, vexp_avx512.c. */
+void vdexp_array_gen16(const double *x, double *y, size_t n);
+void vdexp_array_avx2(const double *x, double *y, size_t n);
+void vdexp_array_avx512(const double *x, double *y, size_t n);
 /* elementwise_gen16.c: elementwise_body.h on the emulated AVX-512 layer. */
 mha__layernorm_kernel mha__layernorm_gen16;
 mha__bias_gelu_kernel mha__bias_gelu_gen16;
 mha__residual_add_kernel mha__residual_add_gen16;
 mha__layernorm_backward_kernel mha__layernorm_backward_gen16;
 mha__gelu_backward_kernel mha__gelu_backward_gen16;
+mha__xent_row_kernel mha__xent_row_gen16;
 
 /* mt_gen16.c: mt_body.h on the emulated AVX-512 layer. */
 mha__mt_twist_kernel mha__mt_twist_gen16;

@@ -30,9 +30,12 @@
 #define VW 16
 #define VINL __attribute__((always_inline)) static inline
 
+#define VDW 8
 typedef float vf __attribute__((vector_size(64)));
 typedef uint32_t vi __attribute__((vector_size(64)));
 typedef uint16_t vm;
+typedef double vd __attribute__((vector_size(64)));
+typedef uint64_t vl __attribute__((vector_size(64)));
 
 VINL vf vf_load(const float *p) { return *(const vf *)(const void *)p; }
 VINL vf vf_loadu(const float *p) {
@@ -145,5 +148,59 @@ VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
         (*lo)[i] = (uint32_t)p;
     }
 }
+
+/* The double lanes: vcvtps2pd / vcvtpd2ps (to nearest), vmaxpd / vminpd
+ * with the float ones' operand order, one fma per lane. */
+VINL vd vd_load_f(const float *p) {
+    vd x;
+    for (int i = 0; i < VDW; i++) x[i] = (double)p[i];
+    return x;
+}
+VINL void vd_store_f(float *p, vd x) {
+    for (int i = 0; i < VDW; i++) p[i] = (float)x[i];
+}
+VINL vd vd_loadu(const double *p) {
+    vd x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+VINL void vd_storeu(double *p, vd x) { memcpy(p, &x, sizeof x); }
+VINL vd vd_set1(double x) {
+    vd r;
+    for (int i = 0; i < VDW; i++) r[i] = x;
+    return r;
+}
+VINL vd vd_add(vd a, vd b) { return a + b; }
+VINL vd vd_sub(vd a, vd b) { return a - b; }
+VINL vd vd_mul(vd a, vd b) { return a * b; }
+VINL vd vd_max(vd a, vd b) {
+    vd r;
+    for (int i = 0; i < VDW; i++) r[i] = a[i] > b[i] ? a[i] : b[i];
+    return r;
+}
+VINL vd vd_min(vd a, vd b) {
+    vd r;
+    for (int i = 0; i < VDW; i++) r[i] = a[i] < b[i] ? a[i] : b[i];
+    return r;
+}
+VINL vd vd_fmadd(vd a, vd b, vd c) {
+    vd r;
+    for (int i = 0; i < VDW; i++) r[i] = fma(a[i], b[i], c[i]);
+    return r;
+}
+VINL vd vd_fnmadd(vd a, vd b, vd c) {
+    vd r;
+    for (int i = 0; i < VDW; i++) r[i] = fma(-a[i], b[i], c[i]);
+    return r;
+}
+VINL vl vd_as_vl(vd x) { return (vl)x; }
+VINL vd vl_as_vd(vl x) { return (vd)x; }
+VINL vl vl_set1(int64_t x) {
+    vl r;
+    for (int i = 0; i < VDW; i++) r[i] = (uint64_t)x;
+    return r;
+}
+VINL vl vl_add(vl a, vl b) { return a + b; }
+VINL vl vl_shl(vl a, int n) { return a << (uint64_t)n; } /* 0 <= n < 64 */
 
 #endif

@@ -15,7 +15,15 @@
  *      lane-wise bits equal across the layers;
  *   4. mha__sgemm_epilogue (the GEMM's tiles, then the kernels per tile)
  *      equals the GEMM followed by the kernels over the whole result, for
- *      tiled shapes and the one-row GEMV, in every kernel set.
+ *      tiled shapes and the one-row GEMV, in every kernel set;
+ *   5. vd_exp_neg (the cross-entropy's double exp, simd_exp.h) against expl
+ *      in ULP of double on [-750, 0] on each layer, the layers' bits equal,
+ *      its special values;
+ *   6. the cross-entropy row of every fast kernel set against the
+ *      reference's: the loss within 1e-12, the gradient within 1 ULP of
+ *      float, row lengths around the vector widths and GPT-2's 50257,
+ *      ignored rows, the loss alone, in place, NaN, -inf and logits 700
+ *      to 800 below the largest; the emulation's bits the AVX-512 kernel's.
  * The thread-count independence of the drivers and of the GPT forward is
  * tests/test_threads.c's. */
 #include "kernels/drivers.h"
@@ -34,11 +42,13 @@ typedef struct {
     mha__residual_add_fn residual_add;
     mha__layernorm_backward_fn layernorm_backward;
     mha__gelu_backward_fn gelu_backward;
+    mha__xent_row_fn xent_row;
 } kset;
 
 /* The elementwise entries of a table. */
 static kset kset_of(const char *name, const mha__kernels *k) {
-    return (kset){name, k->layernorm, k->bias_gelu, k->residual_add, k->layernorm_backward, k->gelu_backward};
+    return (kset){name, k->layernorm, k->bias_gelu, k->residual_add, k->layernorm_backward, k->gelu_backward,
+                  k->xent_row};
 }
 
 static const float NAN_F = NAN, INF_F = INFINITY;
@@ -394,6 +404,129 @@ static void test_epilogue(const char *isa, int64_t M, int64_t N, int64_t K, bool
     free(A), free(W), free(bias), free(c1), free(c2), free(x1), free(x2), free(bits);
 }
 
+/* ---- 5. vd_exp_neg ---------------------------------------------------------- */
+typedef void (*vdarray_fn)(const double *x, double *y, size_t n);
+
+/* |got - want| in ULP of double at want (want > 0 normal or subnormal). */
+static double dulp_error(double got, long double want) {
+    if (want == 0.0L) return got == 0.0 ? 0.0 : (double)INFINITY;
+    const double w = (double)want;
+    const double ulp = nextafter(w, INFINITY) - w;
+    return (double)(fabsl((long double)got - want) / (long double)ulp);
+}
+
+static void test_vdexp(const char *name, vdarray_fn f, vdarray_fn other) {
+    enum { CH = 4096 };
+    static double x[CH], y[CH], y2[CH];
+    double worst = 0.0, worst_x = 0.0;
+    size_t count = 0, mismatches = 0;
+    /* 2^20 points: evenly over [-750, 0] with a random jitter, then the
+     * magnitudes below 1 down to 1e-300 on a log scale */
+    const size_t total = (size_t)1 << 20;
+    for (size_t done = 0; done < total; done += CH) {
+        for (size_t i = 0; i < CH; i++) {
+            const size_t g = done + i;
+            const double u = ((double)rng_uniform() + 1.0) * 0.5; /* [0, 1) */
+            x[i] = g < total / 2 ? -750.0 * ((double)g + u) / (double)(total / 2)
+                                 : -pow(10.0, -300.0 * ((double)(g - total / 2) + u) / (double)(total / 2));
+        }
+        f(x, y, CH);
+        if (other) {
+            other(x, y2, CH);
+            mismatches += (size_t)(memcmp(y, y2, sizeof y) != 0);
+        }
+        for (size_t i = 0; i < CH; i++) {
+            const long double want = expl((long double)x[i]);
+            if (want < (long double)DBL_MIN) { /* subnormal results: within one subnormal step */
+                const double err = fabs((double)((long double)y[i] - want)) / 0x1p-1074;
+                if (err > 1.0 && err > worst) worst = err, worst_x = x[i];
+                continue;
+            }
+            const double e = dulp_error(y[i], want);
+            if (e > worst) worst = e, worst_x = x[i];
+        }
+        count += CH;
+    }
+    printf("vd_exp_neg %s: max error %.3f ULP (double) at x = %.17g over %zu points in [-750, 0]\n", name, worst,
+           worst_x, count);
+    CHECK(worst <= 1.0, "vd_exp_neg %s max error %.3f ULP > 1 at x = %.17g", name, worst, worst_x);
+    if (other) CHECK(mismatches == 0, "vd_exp_neg %s: %zu blocks differ from the AVX2 layer's", name, mismatches);
+
+    double sx[8] = {0.0, -0.0, -INFINITY, NAN, -746.0, -1e300, -0x1p-1074, 5.0};
+    double sy[8];
+    f(sx, sy, 8);
+    CHECK(sy[0] == 1.0 && sy[1] == 1.0, "vd_exp_neg(+-0) = %g, %g", sy[0], sy[1]);
+    CHECK(sy[2] == 0.0 && sy[4] == 0.0 && sy[5] == 0.0, "vd_exp_neg(-inf, -746, -1e300) = %g, %g, %g", sy[2],
+          sy[4], sy[5]);
+    CHECK(isnan(sy[3]), "vd_exp_neg(nan) = %g", sy[3]);
+    CHECK(sy[6] == 1.0, "vd_exp_neg(-tiny) = %.17g", sy[6]);
+    CHECK(sy[7] == 1.0, "vd_exp_neg(5) = %g: outside the domain, clamped to 0", sy[7]);
+}
+
+/* ---- 6. the cross-entropy row --------------------------------------------- */
+
+static void xent_case(const kset *k, const kset *ref, const kset *twin, int64_t V, int32_t y, int kind) {
+    float *z = falloc((size_t)V), *d = falloc((size_t)V), *dr = falloc((size_t)V), *d2 = falloc((size_t)V);
+    for (int64_t j = 0; j < V; j++) z[j] = 4.0f * rng_uniform();
+    if (kind == 1) z[V / 2] = NAN_F; /* NaN: loss and dz NaN */
+    if (kind == 2)                   /* -inf: exp 0 (the target's: loss inf) */
+        for (int64_t j = 0; j < V; j += 3) z[j] = -INF_F;
+    if (kind == 3) /* the others 700 to 800 below the largest: exp near and under DBL_MIN */
+        for (int64_t j = 0; j < V; j++) z[j] = j == (y >= 0 ? y : 0) ? 0.0f : -750.0f + 50.0f * rng_uniform();
+    const double inv = 1.0 / 3.0;
+    const double lr = ref->xent_row(dr, z, V, y, inv);
+    const double l = k->xent_row(d, z, V, y, inv);
+    const double l0 = k->xent_row(NULL, z, V, y, inv);
+    memcpy(d2, z, (size_t)V * sizeof(float));
+    const double li = k->xent_row(d2, d2, V, y, inv); /* in place */
+    char what[96];
+    snprintf(what, sizeof what, "xent_row %s V %lld y %d case %d", k->name, (long long)V, (int)y, kind);
+    const bool nan_row = kind == 1;
+    if (nan_row) {
+        CHECK(isnan(l) && isnan(lr), "%s: loss %g (reference %g), want NaN", what, l, lr);
+    } else if (y < 0) {
+        CHECK(l == 0.0 && lr == 0.0, "%s: an ignored row's loss %g", what, l);
+    } else {
+        CHECK((isnan(l) && isnan(lr)) || l == lr || fabs(l - lr) <= 1e-12 * (1.0 + fabs(lr)),
+              "%s: loss %.17g, reference %.17g", what, l, lr);
+    }
+    CHECK(same((float)l, (float)l0) && same((float)l, (float)li) && (isnan(l) || (l == l0 && l == li)),
+          "%s: the loss alone or in place differs (%.17g %.17g %.17g)", what, l, l0, li);
+    double worst = 0.0;
+    size_t bad = 0;
+    for (int64_t j = 0; j < V; j++) {
+        if (!same(d[j], d2[j])) bad++;
+        if (nan_row || y < 0) {
+            if (!same(d[j], dr[j]) && !(d[j] == 0.0f && dr[j] == 0.0f)) bad++;
+            continue;
+        }
+        const double u = test_ulp_error(d[j], (double)dr[j]);
+        if (u > worst) worst = u;
+    }
+    CHECK(bad == 0, "%s: %zu gradients differ in place or from the reference's NaN / 0", what, bad);
+    CHECK(worst <= 1.0, "%s: gradient %.2f ULP from the reference's", what, worst);
+    if (twin) { /* the same body on another layer: the same bits */
+        const double lt = twin->xent_row(d2, z, V, y, inv);
+        size_t differ = 0;
+        for (int64_t j = 0; j < V; j++) differ += !same(d[j], d2[j]); /* NaN's payload aside */
+        CHECK(same((float)l, (float)lt) && (isnan(l) || l == lt) && differ == 0, "%s: differs from %s's bits",
+              what, twin->name);
+    }
+    free(z), free(d), free(dr), free(d2);
+}
+
+static void test_xent(const kset *k, const kset *ref, const kset *twin) {
+    static const int64_t lens[] = {1, 7, 8, 15, 16, 17, 33, 769, 50257};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        const int64_t V = lens[i];
+        for (int kind = 0; kind < 4; kind++) {
+            xent_case(k, ref, twin, V, (int32_t)(V - 1), kind); /* the target in the tail */
+            xent_case(k, ref, twin, V, (int32_t)(V / 3), kind);
+            if (kind == 0) xent_case(k, ref, twin, V, -1, kind); /* ignored */
+        }
+    }
+}
+
 int main(void) {
     const mha__kernels *kref = mha__kernels_get(MHA_ISA_REF);
     REQUIRE(kref != NULL, "reference table");
@@ -403,7 +536,7 @@ int main(void) {
     /* The AVX-512 body on its emulation: portable, always tested. Its
      * elementwise kernels are lane-wise, so they equal AVX2's bits. */
     const kset gen16 = {"gen16", mha__layernorm_gen16, mha__bias_gelu_gen16, mha__residual_add_gen16,
-                        mha__layernorm_backward_gen16, mha__gelu_backward_gen16};
+                        mha__layernorm_backward_gen16, mha__gelu_backward_gen16, mha__xent_row_gen16};
     fast[n_fast++] = gen16;
     const kset *twin_of_gen16 = NULL;
     const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);
@@ -435,7 +568,19 @@ int main(void) {
         test_residual(&fast[i], &ref);
         test_layernorm_backward(&fast[i], &ref);
         test_gelu_backward(&fast[i], &ref, i == 0 ? twin_of_gen16 : NULL);
+        test_xent(&fast[i], &ref, NULL);
     }
+#if defined(MHA_HAVE_AVX2_KERNELS)
+    if (k2) {
+        test_vdexp("avx2", vdexp_array_avx2, NULL);
+        test_vdexp("gen16", vdexp_array_gen16, NULL);
+#if defined(MHA_HAVE_AVX512_KERNELS)
+        if (k5) test_vdexp("avx512", vdexp_array_avx512, vdexp_array_gen16);
+#endif
+    }
+#else
+    test_vdexp("gen16", vdexp_array_gen16, NULL);
+#endif
     if (k5) { /* the real AVX-512 kernels give the emulation's bits */
         test_gelu(&fast[n_fast - 1], &ref, &fast[0]);
         float x[3 * 769], y1[3 * 769], y2[3 * 769], s[769], t[769];
@@ -453,6 +598,7 @@ int main(void) {
         gen16.layernorm_backward(d2, g2, y1, x, 3, 769, s);
         CHECK(memcmp(d1, d2, sizeof d1) == 0 && memcmp(g1, g2, sizeof g1) == 0,
               "avx512 layernorm backward differs from its emulation");
+        test_xent(&fast[n_fast - 1], &ref, &fast[0]);
     }
 
     const char *const isas[] = {"ref", "avx2", "avx512"};

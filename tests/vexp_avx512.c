@@ -1,4 +1,4 @@
-/* vexp_avx512.c — test-only: simd_exp.h's vf_exp (and vf_tanh) on simd_avx512.h over an array
+/* vexp_avx512.c — test-only: simd_exp.h's vf_exp (and vf_tanh, vd_exp_neg) on simd_avx512.h over an array
  * (declared in isa_variants.h; compiled with the kernel's ISA flags). */
 #include "kernels/simd_avx512.h"
 #include "kernels/simd_exp.h"
@@ -10,4 +10,8 @@ void vexp_array_avx512(const float *x, float *y, size_t n) {
 
 void vtanh_array_avx512(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_tanh(vf_loadu(x + i)));
+}
+
+void vdexp_array_avx512(const double *x, double *y, size_t n) {
+    for (size_t i = 0; i < n; i += VDW) vd_storeu(y + i, vd_exp_neg(vd_loadu(x + i)));
 }

@@ -4,8 +4,8 @@
 #include "gpt.h"
 
 #include "common/common.h"
+#include "kernels/kernels.h"
 
-#include <math.h>
 #include <string.h>
 
 #if defined(MHA_HAVE_OPENMP)
@@ -32,35 +32,19 @@ static mha_status count_targets(const int32_t *targets, int64_t N, int64_t V, in
 }
 
 /* *sum = the rows' losses added in row order (double); dlogits (or NULL)
- * their gradient scaled by inv, 1 / the mean's divisor. Targets checked. */
+ * their gradient scaled by inv, 1 / the mean's divisor. Targets checked.
+ * Each row is one call of the active table's xent_row kernel. */
 static mha_status cross_entropy_sum(double *sum_out, float *dlogits, const float *logits, const int32_t *targets,
                                     int64_t N, int64_t V, double inv) {
     double *row = mha__alloc((size_t)N * sizeof(double));
     if (!row) return mha__nomem("out of memory allocating the loss of %lld rows", (long long)N);
+    const mha__kernels *k = mha__kernels_active();
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) if ((double)N * (double)V > 1e5)
 #endif
     for (int64_t r = 0; r < N; r++) {
-        const float *z = logits + r * V;
-        float *dz = dlogits ? dlogits + r * V : NULL;
-        const int32_t y = targets[r];
-        const bool ignored = y == MHA_IGNORE_INDEX;
-        const double zy = ignored ? 0.0 : (double)z[y];
-        double mx = -INFINITY, s = 0.0;
-        for (int64_t j = 0; j < V; j++) mx = (double)z[j] > mx ? (double)z[j] : mx;
-        /* exp(z - max) once per logit: summed, and kept in dz (over z when
-         * they alias: z[y] is read before) for the softmax */
-        for (int64_t j = 0; j < V; j++) {
-            const double e = exp((double)z[j] - mx);
-            s += e;
-            if (dz) dz[j] = (float)e;
-        }
-        row[r] = ignored ? 0.0 : mx + log(s) - zy;
-        if (dz) {
-            const double k = ignored ? 0.0 : inv / s;
-            for (int64_t j = 0; j < V; j++) dz[j] = (float)((double)dz[j] * k);
-            if (!ignored) dz[y] = (float)((exp(zy - mx) / s - 1.0) * inv);
-        }
+        const int32_t y = targets[r] == MHA_IGNORE_INDEX ? -1 : targets[r];
+        row[r] = k->xent_row(dlogits ? dlogits + r * V : NULL, logits + r * V, V, y, inv);
     }
     double sum = 0.0;
     for (int64_t r = 0; r < N; r++) sum += row[r];

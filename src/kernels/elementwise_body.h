@@ -280,3 +280,65 @@ void MHA__KNAME(gelu_backward)(float *d, const float *f, int64_t n) {
         ew_store_part(d + nv, vf_mul(ew_load_part(d + nv, n - nv), g), n - nv);
     }
 }
+
+/* ---- cross-entropy over one row -------------------------------------------
+ * The reference's steps (elementwise_ref.c), on vectors: mx the largest
+ * logit (vf_max skips NaN as the reference's compare does), e_j = exp(z_j
+ * - mx) in double (vd_exp_neg, about 1 ULP where the reference calls libm),
+ * kept in dz as floats and summed in double in two accumulators (the even
+ * and odd halves of each VW block; lanes in order at the end), then dz_j =
+ * (float)(dz_j * k), k = inv / s (one double product, one rounding, as
+ * there), and dz_y from exp(z_y - mx) / s - 1. A row's tail is padded with
+ * -inf (exp gives 0, the sum is unchanged) through the same vector code. */
+VINL void ew_xent_block(vd *acc0, vd *acc1, float *e, const float *z, vd mx) {
+    const vd e0 = vd_exp_neg(vd_sub(vd_load_f(z), mx));
+    const vd e1 = vd_exp_neg(vd_sub(vd_load_f(z + VDW), mx));
+    *acc0 = vd_add(*acc0, e0);
+    *acc1 = vd_add(*acc1, e1);
+    if (e) {
+        vd_store_f(e, e0);
+        vd_store_f(e + VDW, e1);
+    }
+}
+
+double MHA__KNAME(xent_row)(float *dz, const float *z, int64_t V, int32_t y, double inv) {
+    const int64_t nv = V / VW * VW, t = V - nv;
+    float zt[VW], et[VW];
+    if (t) {
+        for (int i = 0; i < VW; i++) zt[i] = i < t ? z[nv + i] : -INFINITY;
+    }
+    const double zy = y >= 0 ? (double)z[y] : 0.0; /* before dz (perhaps z) is written */
+    vf m0 = vf_set1(-INFINITY), m1 = m0;
+    int64_t j = 0;
+    for (; j + 2 * VW <= nv; j += 2 * VW) {
+        m0 = vf_max(vf_loadu(z + j), m0);
+        m1 = vf_max(vf_loadu(z + j + VW), m1);
+    }
+    if (j < nv) m0 = vf_max(vf_loadu(z + j), m0);
+    if (t) m1 = vf_max(vf_loadu(zt), m1);
+    float mt[VW];
+    vf_storeu(mt, vf_max(m0, m1));
+    float mf = mt[0];
+    for (int i = 1; i < VW; i++) mf = mt[i] > mf ? mt[i] : mf;
+    const double mx = (double)mf;
+
+    const vd mxv = vd_set1(mx);
+    vd acc0 = vd_set1(0.0), acc1 = acc0;
+    for (j = 0; j < nv; j += VW) ew_xent_block(&acc0, &acc1, dz ? dz + j : NULL, z + j, mxv);
+    if (t) {
+        ew_xent_block(&acc0, &acc1, et, zt, mxv);
+        if (dz) memcpy(dz + nv, et, (size_t)t * sizeof(float));
+    }
+    const double s = vd_sum_lanes(vd_add(acc0, acc1));
+    if (dz) {
+        const vd k = vd_set1(y >= 0 ? inv / s : 0.0);
+        for (j = 0; j < nv; j += VDW) vd_store_f(dz + j, vd_mul(vd_load_f(dz + j), k));
+        for (; j < V; j++) dz[j] = (float)((double)dz[j] * (y >= 0 ? inv / s : 0.0));
+        if (y >= 0) {
+            double ey[VDW];
+            vd_storeu(ey, vd_exp_neg(vd_set1(zy - mx)));
+            dz[y] = (float)((ey[0] / s - 1.0) * inv);
+        }
+    }
+    return y >= 0 ? mx + log(s) - zy : 0.0;
+}

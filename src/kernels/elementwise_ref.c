@@ -1,5 +1,5 @@
-/* elementwise_ref.c — chapter 4's elementwise layers and their backwards:
- * the reference kernels (plain C, the oracles of elementwise_body.h's
+/* elementwise_ref.c — chapter 4's elementwise layers and their backwards,
+ * and chapter 5's cross-entropy row: the reference kernels (plain C, the oracles of elementwise_body.h's
  * versions), and the column sums of the bias gradients. Contracts:
  * kernels.h; the threaded drivers: rows.c. */
 #include "kernels.h"
@@ -94,6 +94,26 @@ void mha__gelu_backward_ref(float *d, const float *f, int64_t n) {
         const double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * k * x * x);
         d[i] = (float)((double)d[i] * g);
     }
+}
+
+/* The row's steps in double with libm's exp and log (the accurate oracle);
+ * e_j kept in dz as floats between the two passes, as the vector body
+ * keeps them. */
+double mha__xent_row_ref(float *dz, const float *z, int64_t V, int32_t y, double inv) {
+    const double zy = y >= 0 ? (double)z[y] : 0.0; /* before dz (perhaps z) is written */
+    double mx = -INFINITY, s = 0.0;
+    for (int64_t j = 0; j < V; j++) mx = (double)z[j] > mx ? (double)z[j] : mx;
+    for (int64_t j = 0; j < V; j++) {
+        const double e = exp((double)z[j] - mx);
+        s += e;
+        if (dz) dz[j] = (float)e;
+    }
+    if (dz) {
+        const double k = y >= 0 ? inv / s : 0.0;
+        for (int64_t j = 0; j < V; j++) dz[j] = (float)((double)dz[j] * k);
+        if (y >= 0) dz[y] = (float)((exp(zy - mx) / s - 1.0) * inv);
+    }
+    return y >= 0 ? mx + log(s) - zy : 0.0;
 }
 
 /* Eight columns a step, a fixed-count inner loop that GCC's -O2 turns into

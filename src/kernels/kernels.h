@@ -184,6 +184,16 @@ typedef struct {
  *     ref: sums in double; the vector body: in float.
  * "gelu_backward": d[i] *= gelu'(f[i]), the exact derivative of the tanh form.
  *     ref: in double with libm's tanh; the vector body: in float (see there).
+ * "xent_row": one row of F.cross_entropy, for V classes with logits z and
+ *     target y (y < 0: ignored): returns the row's loss in double,
+ *     log(sum_j exp(z_j - mx)) + mx - z_y (0 when ignored), mx the largest
+ *     logit (NaN logits skipped in the max, but they make the sum NaN);
+ *     dz (or NULL: the loss only) gets the gradient of inv * loss, inv *
+ *     (softmax(z) - onehot(y)) (all 0 when ignored). dz may be z (in
+ *     place). Every exp and the sum in double, the gradient rounded once.
+ *     ref: libm's exp, the sum in order; the vector body: simd_exp.h's
+ *     vd_exp_neg (about 1 ULP), the sum in lanes, so the bits differ from
+ *     the reference's in the last places of a double.
  * "colsum": s[c] += the sum over rows r = 0, 1, ..., in that order, of
  *     a[r * lda + c] in double, for c < n: a bias's gradient (its rows in
  *     order, so the bits do not depend on how the caller splits columns). */
@@ -287,6 +297,7 @@ typedef struct {
        const float *scale),                                                                        \
       Y, Y)                                                                                        \
     X(gelu_backward, void, (float *d, const float *f, int64_t n), Y, Y)                            \
+    X(xent_row, double, (float *dz, const float *z, int64_t V, int32_t y, double inv), Y, Y)        \
     X(colsum, void, (double *s, const float *a, int64_t rows, int64_t n, int64_t lda), N, N)       \
     X(mt_twist, void, (uint32_t *st), Y, Y)                                                        \
     X(mt_temper, void, (const uint32_t *src, uint32_t *dst, size_t n), Y, Y)                       \

@@ -22,6 +22,12 @@
  *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane).
  *   vf_load_bf16/f16(p): VW 16-bit floats (kernels/half.h) at p, widened
  *   exactly (unaligned).
+ *   vd, vl          double vector and 64-bit int vector, VDW = VW / 2 lanes:
+ *   vd_load_f(p)    VDW floats at p widened exactly (unaligned);
+ *   vd_store_f(p,x) x rounded to float (to nearest) into VDW floats at p;
+ *   vd_loadu/storeu (doubles, unaligned), vd_set1, vd_add/sub/mul/max/min,
+ *   vd_fmadd, vd_fnmadd (as vf's), vd_as_vl/vl_as_vd (bit casts), vl_set1,
+ *   vl_add, vl_shl (64-bit lanes).
  * Every op is lane-wise; the max and min keep the x86 operand order
  * (max(a, b) = a > b ? a : b, so NaN in a gives b). */
 #ifndef MHA_SIMD_AVX2_H
@@ -35,15 +41,20 @@
 #endif
 
 #define VW 8
+#define VDW 4
 typedef __m256 vf;
 typedef __m256i vi;
 typedef __m256 vm;
+typedef __m256d vd;
+typedef __m256i vl;
 
 #define MM(op) _mm256_##op
 #define MM_SI(op) _mm256_##op##_si256
 #define MM_CMP_PS _mm256_cmp_ps
 #define MM_CASTPS_SI _mm256_castps_si256
 #define MM_CASTSI_PS _mm256_castsi256_ps
+#define MM_CASTPD_SI _mm256_castpd_si256
+#define MM_CASTSI_PD _mm256_castsi256_pd
 #include "simd_x86.h"
 
 VINL vf vf_bcast(const float *p) { return _mm256_broadcast_ss(p); }
@@ -58,6 +69,10 @@ VINL vf vf_load_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 VINL vf vf_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+
+VINL vd vd_load_f(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+VINL void vd_store_f(float *p, vd x) { _mm_storeu_ps(p, _mm256_cvtpd_ps(x)); }
+VINL vl vl_set1(int64_t x) { return _mm256_set1_epi64x(x); }
 
 VINL vi vi_iota(void) { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
 VINL vm vi_lt(vi a, vi b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a)); }

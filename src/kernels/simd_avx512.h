@@ -19,15 +19,20 @@
 #endif
 
 #define VW 16
+#define VDW 8
 typedef __m512 vf;
 typedef __m512i vi;
 typedef __mmask16 vm;
+typedef __m512d vd;
+typedef __m512i vl;
 
 #define MM(op) _mm512_##op
 #define MM_SI(op) _mm512_##op##_si512
 #define MM_CMP_PS _mm512_cmp_ps_mask
 #define MM_CASTPS_SI _mm512_castps_si512
 #define MM_CASTSI_PS _mm512_castsi512_ps
+#define MM_CASTPD_SI _mm512_castpd_si512
+#define MM_CASTSI_PD _mm512_castsi512_pd
 #include "simd_x86.h"
 
 VINL vf vf_bcast(const float *p) { return _mm512_set1_ps(*p); }
@@ -42,6 +47,10 @@ VINL vf vf_load_bf16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 VINL vf vf_load_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+
+VINL vd vd_load_f(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+VINL void vd_store_f(float *p, vd x) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(x)); }
+VINL vl vl_set1(int64_t x) { return _mm512_set1_epi64(x); }
 
 VINL vi vi_iota(void) {
     return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);

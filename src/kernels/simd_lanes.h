@@ -1,4 +1,4 @@
-/* simd_lanes.h — a vector's lanes summed in lane order, on any SIMD layer
+/* simd_lanes.h — a vector's lanes (float or double) summed in lane order, on any SIMD layer
  * (include simd_avx2.h, simd_avx512.h or tests/simd_gen16.h first): the
  * one fixed order the kernel bodies' horizontal sums share, so that a sum
  * does not depend on how a compiler would pair the lanes. */
@@ -14,6 +14,14 @@ static inline float vf_sum_lanes(vf acc) {
     vf_storeu(t, acc);
     float s = t[0];
     for (int i = 1; i < VW; i++) s += t[i];
+    return s;
+}
+
+static inline double vd_sum_lanes(vd acc) {
+    double t[VDW];
+    vd_storeu(t, acc);
+    double s = t[0];
+    for (int i = 1; i < VDW; i++) s += t[i];
     return s;
 }
 

@@ -6,7 +6,9 @@
  *   MM(op)               the intrinsic prefix: _mm256_op / _mm512_op
  *   MM_SI(op)            whole-register integer ops: _mm256_op_si256 / ..512
  *   MM_CMP_PS            the float compare: to a vector (AVX2) or a k mask
- *   MM_CASTPS_SI, MM_CASTSI_PS   bit casts between vf and vi */
+ *   MM_CASTPS_SI, MM_CASTSI_PS   bit casts between vf and vi
+ *   vd, vl, VDW          the double and 64-bit int vectors, their lanes
+ *   MM_CASTPD_SI, MM_CASTSI_PD   bit casts between vd and vl */
 #ifndef MHA_SIMD_X86_H
 #define MHA_SIMD_X86_H
 
@@ -46,5 +48,20 @@ VINL vi vi_sar(vi a, int n) { return MM(srai_epi32)(a, (unsigned)n); }
 VINL void vi_storeu(int32_t *p, vi x) { MM_SI(storeu)((void *)p, x); }
 VINL vi vf_as_vi(vf x) { return MM_CASTPS_SI(x); }
 VINL vf vi_as_vf(vi x) { return MM_CASTSI_PS(x); }
+
+VINL vd vd_loadu(const double *p) { return MM(loadu_pd)(p); }
+VINL void vd_storeu(double *p, vd x) { MM(storeu_pd)(p, x); }
+VINL vd vd_set1(double x) { return MM(set1_pd)(x); }
+VINL vd vd_add(vd a, vd b) { return MM(add_pd)(a, b); }
+VINL vd vd_sub(vd a, vd b) { return MM(sub_pd)(a, b); }
+VINL vd vd_mul(vd a, vd b) { return MM(mul_pd)(a, b); }
+VINL vd vd_max(vd a, vd b) { return MM(max_pd)(a, b); }
+VINL vd vd_min(vd a, vd b) { return MM(min_pd)(a, b); }
+VINL vd vd_fmadd(vd a, vd b, vd c) { return MM(fmadd_pd)(a, b, c); }
+VINL vd vd_fnmadd(vd a, vd b, vd c) { return MM(fnmadd_pd)(a, b, c); }
+VINL vl vd_as_vl(vd x) { return MM_CASTPD_SI(x); }
+VINL vd vl_as_vd(vl x) { return MM_CASTSI_PD(x); }
+VINL vl vl_add(vl a, vl b) { return MM(add_epi64)(a, b); }
+VINL vl vl_shl(vl a, int n) { return MM(slli_epi64)(a, (unsigned)n); }
 
 #endif
