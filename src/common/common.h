@@ -36,8 +36,14 @@ static inline bool mha__mul_i64(int64_t a, int64_t b, int64_t *r) {
 /* 64-byte aligned allocation; mha__free accepts NULL. The only way the
  * library allocates (never malloc/calloc/realloc/strdup directly): a
  * failure records its size for mha__nomem and the test hook below can
- * inject one. _n: n elements of size bytes, overflow checked. */
+ * inject one. _n: n elements of size bytes, overflow checked.
+ * On Linux a block of 4 MiB or more is advised into transparent huge pages
+ * (madvise MADV_HUGEPAGE: a page fault per 2 MiB, not per 4 KiB; where the
+ * system leaves huge pages to madvise), so a page it touches makes 2 MiB
+ * resident: mha__alloc_gradual is for a large block filled a little at a
+ * time and perhaps never whole (the KV cache), which keeps small pages. */
 void *mha__alloc(size_t bytes);
+void *mha__alloc_gradual(size_t bytes);
 void *mha__calloc(size_t bytes);
 void *mha__alloc_n(size_t n, size_t size);
 void *mha__calloc_n(size_t n, size_t size);

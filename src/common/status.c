@@ -10,6 +10,9 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 static _Thread_local char last_error[512];
 
@@ -85,14 +88,31 @@ static void *alloc_failed(size_t bytes) {
     return NULL;
 }
 
-void *mha__alloc(size_t bytes) {
+static void *alloc_pages(size_t bytes, bool huge) {
     if (mha__alloc_inject()) return alloc_failed(bytes);
     size_t rounded = mha__align64(bytes ? bytes : 64);
     if (rounded < bytes) return alloc_failed(bytes); /* SIZE_MAX-ish requests */
     void *p = NULL;
     if (posix_memalign(&p, 64, rounded) != 0) return alloc_failed(bytes);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* The 2 MiB pages inside the block: one page fault per 2 MiB instead
+     * of 512. Advice only: nothing changes where the system has
+     * transparent huge pages off (or always on); a refusal is ignored. */
+    enum { HUGE_PAGE = 2 << 20 };
+    if (huge && rounded >= 2 * (size_t)HUGE_PAGE) {
+        const uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+        const uintptr_t e = ((uintptr_t)p + rounded) & ~(uintptr_t)(HUGE_PAGE - 1);
+        if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+    }
+#else
+    (void)huge;
+#endif
     return p;
 }
+
+void *mha__alloc(size_t bytes) { return alloc_pages(bytes, true); }
+
+void *mha__alloc_gradual(size_t bytes) { return alloc_pages(bytes, false); }
 
 void *mha__calloc(size_t bytes) {
     void *p = mha__alloc(bytes);

@@ -885,7 +885,7 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
         size_t kvb;
         if (!mha__mul_size((size_t)(m->L * m->C), (size_t)(2 * E) * sizeof(float), &kvb))
             return mha__fail(MHA_ERR_OVERFLOW, "KV cache size overflows");
-        m->kv = mha__alloc(kvb);
+        m->kv = mha__alloc_gradual(kvb); /* filled a token at a time */
         m->kq = mha__alloc((size_t)(m->C * E) * sizeof(float));
         if (!m->kv || !m->kq) {
             mha__free(m->kv);
