@@ -86,7 +86,23 @@ typedef struct {
         given_eval_iter, given_seed, given_start_context, given_sample_tokens, given_text, given_cfg,
         given_weights;
     mha_gpt_config cfg; /* init GPTModel's options (context_length: --context-length) */
+    char *owned[4];     /* the strings --resume read from train.safetensors, freed at the end */
+    int n_owned;
 } opts;
+
+/* A copy of v that o owns (freed by opts_free). */
+static const char *opts_own(opts *o, const char *v) {
+    if (o->n_owned == (int)(sizeof o->owned / sizeof o->owned[0])) cli_die("internal: too many resumed strings");
+    const size_t n = strlen(v) + 1;
+    char *c = cli_malloc(n);
+    memcpy(c, v, n);
+    return o->owned[o->n_owned++] = c;
+}
+
+static void opts_free(opts *o) {
+    for (int i = 0; i < o->n_owned; i++) free(o->owned[i]);
+    o->n_owned = 0;
+}
 
 static void usage(void) {
     puts("usage: mha train GPTModel [--text FILE] [--weights FILE] [--out DIR] [--resume]\n"
@@ -576,7 +592,7 @@ static void load_state(const char *path, opts *o, run_state *s, uint8_t *gs, uin
         if (!v) cli_die("%s: no %s", path, #name);                                                         \
         if (o->given_##name && strcmp(v, o->name) != 0)                                                    \
             cli_die("%s: the run in this directory has %s \"%s\", not \"%s\"", path, opt, v, o->name);    \
-        o->name = strdup(v);                                                                               \
+        o->name = opts_own(o, v);                                                                          \
     }
 #define GET(name, opt, kind) GET_##kind(name, opt)
     RUN_KEYS(GET)
@@ -584,10 +600,10 @@ static void load_state(const char *path, opts *o, run_state *s, uint8_t *gs, uin
     const char *text = mha_st_metadata(st, "text"), *w = mha_st_metadata(st, "weights"),
                *th = mha_st_metadata(st, "text_fnv1a");
     if (!text || !w || !th) cli_die("%s: incomplete metadata", path);
-    if (!o->given_text) o->text = strdup(text);
+    if (!o->given_text) o->text = opts_own(o, text);
     if (o->given_weights && strcmp(w, o->weights) != 0)
         cli_die("%s: the run in this directory started from --weights '%s', not '%s'", path, w, o->weights);
-    o->weights = *w ? strdup(w) : NULL;
+    o->weights = *w ? opts_own(o, w) : NULL;
     *text_hash = strtoull(th, NULL, 16);
     int64_t v;
 #define INT_KEY(key, dst, lo)                                                                               \
@@ -1172,5 +1188,6 @@ int mha_cli_train_gpt(int argc, char **argv) {
     free(model_path);
     free(commit);
     free(state_path);
+    opts_free(&o);
     return 0;
 }

@@ -44,7 +44,7 @@ FILES = ("model.safetensors", "optimizer.safetensors", "train.safetensors")
 
 
 def run_mha(*args, ok=True):
-    p = subprocess.run([MHA] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.run([MHA] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=st.cli_env())
     if ok and p.returncode != 0:
         print("FAIL mha %s: %s" % (" ".join(args), p.stderr.decode()), flush=True)
         sys.exit(1)
@@ -175,7 +175,7 @@ def main():
     same_files(os.path.join(tmp, "a"), r, "resumed after epoch 1")
     k = os.path.join(tmp, "k")
     proc = subprocess.Popen([MHA, "train", "GPTModel", "--out", k, "--epochs", str(epochs), "--save-every", "1"] + base,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=st.cli_env())
     t0 = time.time()
     while time.time() - t0 < 60 and proc.poll() is None:
         try:

@@ -162,6 +162,20 @@ def find_bin(cli=None):
     return None
 
 
+def cli_env():
+    """The environment for the mha CLI's processes: this one's, but where
+    ctest preloads the ASan runtime into Python with leak checks off (a
+    sanitizer build's MHA_PY_ENV, tests/CMakeLists.txt), the CLI, which
+    links the runtime itself, runs without the preload and with
+    MHA_CLI_ASAN_OPTIONS (leak checks on, as in every other CLI test)."""
+    import os
+    env = dict(os.environ)
+    if "MHA_CLI_ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] = env["MHA_CLI_ASAN_OPTIONS"]
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
 def secondary():
     """True in scripts/test.sh's runs after the release one (it sets
     MHA_TEST_SECONDARY=1 for the forced kernels, OpenBLAS, no-OpenMP and
