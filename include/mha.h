@@ -1201,7 +1201,9 @@ MHA_API const char *mha_runtime_isa(void);
 /* The projection GEMM backend and the ISA it runs, e.g. "onednn 2.6.3
  * (avx512_bf16)", "openblas 0.3.21 (Haswell)", "builtin (avx2)", or "ref"
  * while the reference kernels are in use (cmake -DMHA_BLAS=onednn|openblas|
- * builtin; docs/runtime.md). Its results do not depend on the thread count;
+ * builtin; docs/runtime.md); products of at most 2^24 multiply-adds run on
+ * the builtin kernels in every build. Its results do not depend on the
+ * thread count;
  * mha sets no environment variable (OPENBLAS_CORETYPE, ONEDNN_MAX_CPU_ISA are
  * the user's). */
 MHA_API const char *mha_runtime_blas(void);
@@ -1229,8 +1231,9 @@ MHA_API mha_status mha_runtime_set_isa(const char *name);
 MHA_API size_t mha_tape_bytes(const mha_tape *t);
 MHA_API size_t mha_gpt_tape_bytes(const mha_gpt_tape *t);
 /* Row-major C (M, N) = alpha op(A) op(B) + beta C through the library's
- * projection GEMM (the backend mha_runtime_blas() names, on the library's
- * threads), as every projection of a forward or backward runs it: what
+ * projection GEMM (the backend mha_runtime_blas() names, a small product
+ * the builtin kernels, on the library's threads), as every projection of a
+ * forward or backward runs it: what
  * `mha bench GPTModel --train-step` times for its bound. ERR_ARGUMENT for
  * NULL pointers, negative sizes or leading dimensions too small;
  * ERR_NOMEM when the backend could not get its buffers. */

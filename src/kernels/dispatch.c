@@ -44,7 +44,9 @@ static void fill(mha__kernels *k, mha__isa_t isa) {
     default: break;
     }
     /* The fast tables' GEMM: the BLAS backend of this build, where it has
-     * one, instead of the ISA's builtin packed GEMM. */
+     * one, instead of the ISA's builtin packed GEMM, which small products
+     * keep. */
+    k->gemm_small = k->gemm;
     if (isa != MHA_ISA_REF && mha__sgemm_backend_is_blas) k->gemm = mha__sgemm_backend;
 }
 

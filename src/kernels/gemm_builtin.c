@@ -3,6 +3,7 @@
  * (gemm_body.h), the reference table its loops. What gemm_backend.h asks
  * of a backend, for the name and the error details. Compiled only in builds
  * without a BLAS (CMakeLists.txt). */
+#include "common/common.h"
 #include "gemm_backend.h"
 
 #include <stdio.h>
@@ -12,8 +13,8 @@ const bool mha__sgemm_backend_is_blas = false;
 void mha__sgemm_backend_cap_avx2(void) {}
 
 void mha__backend_buffers(char *buf, size_t cap, int64_t M, int64_t N, int64_t K) {
-    (void)M, (void)N, (void)K; /* the builtin kernel allocates nothing: the test hook */
-    snprintf(buf, cap, "0 bytes: an injected failure");
+    (void)M, (void)N, (void)K; /* the packed GEMM's one buffer (gemm_body.h) */
+    snprintf(buf, cap, "%zu bytes of its packing buffer", mha__alloc_failed_bytes());
 }
 size_t mha__backend_reserve(int callers) { (void)callers; return 0; }
 

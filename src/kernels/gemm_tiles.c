@@ -75,6 +75,7 @@ static tile_plan plan_tiles(int64_t M, int64_t N, int64_t K) {
 
 typedef struct {
     const mha__kernels *k;
+    mha__gemm_fn gemm; /* k's gemm, or its gemm_small for a small product */
     bool trans_a, trans_b;
     int64_t M, N, K;
     float alpha, beta;
@@ -161,9 +162,9 @@ static bool run_tile(const gemm_job *j, int64_t t) {
             ok = (cb = mha__alloc_n((size_t)n, (size_t)j->K * sizeof(float))) != NULL;
             for (int64_t r = 0; ok && r < n; r++)
                 j->widen(cb + r * j->K, j->W16 + (c0 + r) * j->ldb, (size_t)j->K);
-            ok = ok && j->k->gemm(false, true, m, n, j->K, j->alpha, a, lda, cb, j->K, beta, c, j->ldc);
+            ok = ok && j->gemm(false, true, m, n, j->K, j->alpha, a, lda, cb, j->K, beta, c, j->ldc);
         } else {
-            ok = ok && j->k->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, lda, b, ldb, beta, c, j->ldc);
+            ok = ok && j->gemm(j->trans_a, j->trans_b, m, n, j->K, j->alpha, a, lda, b, ldb, beta, c, j->ldc);
         }
         mha__free(ca);
         mha__free(cb);
@@ -213,12 +214,20 @@ static mha_status gemm_nomem(const char *what, int64_t M, int64_t N, int64_t K) 
                      mha__sgemm_backend_name(), (long long)M, (long long)N, (long long)K, what);
 }
 
-/* A backend call failed. */
-static mha_status gemm_status(bool failed, int64_t M, int64_t N, int64_t K) {
+/* A backend call failed (on_backend), or the table's own GEMM (a small
+ * product in a build with a BLAS, or a build without one): its buffer. */
+static mha_status gemm_status(bool failed, bool on_backend, int64_t M, int64_t N, int64_t K) {
     if (!failed) return MHA_OK;
     char what[96];
-    mha__backend_buffers(what, sizeof what, M, N, K);
-    return gemm_nomem(what, M, N, K);
+    if (on_backend || !mha__sgemm_backend_is_blas) {
+        mha__backend_buffers(what, sizeof what, M, N, K);
+        return gemm_nomem(what, M, N, K);
+    }
+    return mha__fail(MHA_ERR_NOMEM,
+                     "out of memory in the builtin GEMM (%s) on a %lld x %lld x %lld product (%zu bytes of "
+                     "its packing buffer)",
+                     mha__kernels_active()->name, (long long)M, (long long)N, (long long)K,
+                     mha__alloc_failed_bytes());
 }
 
 /* The backend was not called: the address space it would need is not there. */
@@ -239,12 +248,14 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
         gemv_rows(mha__kernels_active(), N, K, A, B, W16, w16, ldb, bias, C, epi);
         return MHA_OK;
     }
-    gemm_job j = {mha__kernels_active(), trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
+    const mha__kernels *k = mha__kernels_active();
+    const bool small = (double)M * (double)N * (double)K <= MHA_GEMM_SMALL;
+    gemm_job j = {k, small ? k->gemm_small : k->gemm, trans_a, trans_b, M, N, K, alpha, beta, A, B, bias,
                   lda, ldb, ldc, C, plan_tiles(M, N, K > 0 ? K : 1), epi, W16, NULL};
     if (W16) j.widen = w16 == MHA_DTYPE_BF16 ? j.k->widen_bf16 : j.k->widen_f16;
     const int64_t ntiles = j.p.nm * j.p.nn;
     bool failed = false; /* a backend call ran out of memory: C is then unspecified */
-    const bool on_backend = j.k->gemm == mha__sgemm_backend && K > 0;
+    const bool on_backend = j.gemm == mha__sgemm_backend && K > 0;
 #if defined(MHA_HAVE_OPENMP)
     if (ntiles > 1 && !omp_in_parallel()) {
         const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
@@ -260,7 +271,7 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
             for (int64_t t = 0; t < ntiles; t++)
                 if (!failed && !run_tile(&j, t)) failed = true;
         }
-        return gemm_status(failed, M, N, K);
+        return gemm_status(failed, on_backend, M, N, K);
     }
     if (!omp_in_parallel()) {
         const size_t short_of = on_backend ? mha__backend_reserve(1) : 0;
@@ -273,13 +284,13 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
             omp_set_num_threads(1);
             for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
         }
-        return gemm_status(failed, M, N, K);
+        return gemm_status(failed, on_backend, M, N, K);
     }
 #endif
     const size_t short_of = on_backend ? mha__backend_reserve(1) : 0;
     if (short_of) return reserve_status(short_of, M, N, K);
     for (int64_t t = 0; t < ntiles && !failed; t++) failed = !run_tile(&j, t);
-    return gemm_status(failed, M, N, K);
+    return gemm_status(failed, on_backend, M, N, K);
 }
 
 mha_status mha__sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,

@@ -357,7 +357,16 @@ typedef struct mha__kernels {
 #define MHA__KERNEL_FIELD(name, ret, params, avx2, avx512) mha__##name##_fn name;
     MHA__KERNEL_LIST(MHA__KERNEL_FIELD)
 #undef MHA__KERNEL_FIELD
+    /* The GEMM of products of at most MHA_GEMM_SMALL multiply-adds: the
+     * table's own (the ISA's builtin packed GEMM, the reference loops),
+     * also where `gemm` is a BLAS backend, whose first call sets itself up
+     * (oneDNN 2.6: about 50 ms of code generation) for products this small
+     * it would not repay. The drivers choose by the shape alone. */
+    mha__gemm_fn gemm_small;
 } mha__kernels;
+
+/* 2^24 multiply-adds: 256 x 256 x 256, about 0.1 ms on one core. */
+#define MHA_GEMM_SMALL ((double)(1 << 24))
 
 /* The kernels in use (the best the CPU has, capped by MHA_ISA read once at
  * first use, or as mha_runtime_set_isa chose). Never NULL; thread-safe. */
