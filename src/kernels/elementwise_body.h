@@ -331,9 +331,10 @@ double MHA__KNAME(xent_row)(float *dz, const float *z, int64_t V, int32_t y, dou
     }
     const double s = vd_sum_lanes(vd_add(acc0, acc1));
     if (dz) {
-        const vd k = vd_set1(y >= 0 ? inv / s : 0.0);
-        for (j = 0; j < nv; j += VDW) vd_store_f(dz + j, vd_mul(vd_load_f(dz + j), k));
-        for (; j < V; j++) dz[j] = (float)((double)dz[j] * (y >= 0 ? inv / s : 0.0));
+        const double k = y >= 0 ? inv / s : 0.0;
+        const vd kv = vd_set1(k);
+        for (j = 0; j < nv; j += VDW) vd_store_f(dz + j, vd_mul(vd_load_f(dz + j), kv));
+        for (; j < V; j++) dz[j] = (float)((double)dz[j] * k);
         if (y >= 0) {
             double ey[VDW];
             vd_storeu(ey, vd_exp_neg(vd_set1(zy - mx)));

@@ -1,7 +1,7 @@
 /* elementwise_ref.c — chapter 4's elementwise layers and their backwards,
- * and chapter 5's cross-entropy row: the reference kernels (plain C, the oracles of elementwise_body.h's
- * versions), and the column sums of the bias gradients. Contracts:
- * kernels.h; the threaded drivers: rows.c. */
+ * and chapter 5's cross-entropy row: the reference kernels (plain C, the
+ * oracles of elementwise_body.h's versions), and the column sums of the
+ * bias gradients. Contracts: kernels.h; the threaded drivers: rows.c. */
 #include "kernels.h"
 
 #include <math.h>

@@ -365,7 +365,7 @@ typedef struct mha__kernels {
     mha__gemm_fn gemm_small;
 } mha__kernels;
 
-/* 2^24 multiply-adds: 256 x 256 x 256, about 0.1 ms on one core. */
+/* 2^24 multiply-adds: 256 x 256 x 256, about 0.2 ms on one core. */
 #define MHA_GEMM_SMALL ((double)(1 << 24))
 
 /* The kernels in use (the best the CPU has, capped by MHA_ISA read once at

@@ -1,7 +1,8 @@
-/* simd_lanes.h — a vector's lanes (float or double) summed in lane order, on any SIMD layer
- * (include simd_avx2.h, simd_avx512.h or tests/simd_gen16.h first): the
- * one fixed order the kernel bodies' horizontal sums share, so that a sum
- * does not depend on how a compiler would pair the lanes. */
+/* simd_lanes.h — a vector's lanes (float or double) summed in lane order,
+ * on any SIMD layer (include simd_avx2.h, simd_avx512.h or
+ * tests/simd_gen16.h first): the one fixed order the kernel bodies'
+ * horizontal sums share, so that a sum does not depend on how a compiler
+ * would pair the lanes. */
 #ifndef MHA_SIMD_LANES_H
 #define MHA_SIMD_LANES_H
 
