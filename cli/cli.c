@@ -3,10 +3,14 @@
 #include "cli.h"
 #include "dist.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -38,6 +42,19 @@ void *cli_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) cli_die("out of memory (%zu bytes)", n);
     return p;
+}
+
+void cli_lock_dir(const char *dir) {
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) cli_die("%s: cannot open: %s", dir, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            cli_die("%s: another mha train is writing to this directory; let it finish (or stop it), or "
+                    "choose another --out", dir);
+        cli_die("%s: cannot lock: %s", dir, strerror(errno));
+    }
+    /* fd stays open: the lock lasts as long as the process (the kernel
+     * drops it at exit, SIGKILL included) */
 }
 
 /* ---- option parsing ------------------------------------------------------- */

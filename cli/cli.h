@@ -14,6 +14,11 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Dies with the library's detail when st is not MHA_OK. */
 void cli_check(mha_status st, const char *what);
 void *cli_malloc(size_t n);
+/* Holds an exclusive lock on directory dir (flock on the directory itself)
+ * until the process ends, however it ends; dies naming the directory when
+ * another process holds it: two trainers writing one run's files would
+ * leave neither run's. */
+void cli_lock_dir(const char *dir);
 #include <stdbool.h>
 
 /* Strict parsers: the whole string, in range, or die naming the option

@@ -959,10 +959,12 @@ int mha_cli_train_gpt(int argc, char **argv) {
     int64_t want_bytes = -1;
     if (o.resume) {
         if (!exists(state_path) && !exists(commit)) cli_die("--resume: %s holds no run of mha train GPTModel", dir);
+        if (lead) cli_lock_dir(dir);
         if (lead) recover(dir);
         (void)cli_dist_max(0); /* the others read what rank 0 recovered */
         load_state(state_path, &o, &s, gstate, &want_hash, &want_bytes);
     } else {
+        if (lead) cli_lock_dir(dir);
         for (int k = 0; k < N_CKPT; k++) {
             char *p = path_in(dir, CKPT_FILES[k]);
             if (exists(p) && k < 3)

@@ -11,6 +11,7 @@
   3. resume: a run stopped after one epoch and resumed, and a run killed
      (SIGKILL) mid-epoch while it saves every step and resumed, end with the
      files of an uninterrupted run byte for byte; 1 and 2 threads the same;
+     a second trainer on the directory of a running one is refused;
   4. bad input: one line on stderr, exit status 1, nothing overwritten.
 With --sanitized (the ASan+UBSan build) the second configuration and the
 generate check are left out: the code paths are the first one's; and its
@@ -185,6 +186,14 @@ def main():
         except (OSError, ValueError):
             pass
         time.sleep(0.05)
+    # while it runs, a second trainer on its directory is refused (the
+    # directory's lock), and the running one goes on untouched
+    alive = proc.poll() is None  # it has epochs left: the kill below needs it alive too
+    busy = run_mha("train", "GPTModel", "--out", k, "--epochs", str(epochs), "--resume", ok=False)
+    err = busy.stderr.decode()
+    check(not alive or (busy.returncode == 1 and err.count("\n") == 1 and
+                        "another mha train is writing to this directory" in err),
+          "a second trainer on a running run's directory: status %d, stderr %r" % (busy.returncode, err))
     time.sleep(0.3)  # somewhere inside a step or a save
     killed = proc.poll() is None
     if killed:
