@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <unistd.h>
 
 /* ---- errors -------------------------------------------------------------- */
 
