@@ -67,6 +67,15 @@ static inline int test_use_isa_(const char *isa, const char *file, int line) {
     return 1;
 }
 
+/* True in scripts/test.sh's runs after the release one (MHA_TEST_SECONDARY=1:
+ * the forced kernels, OpenBLAS, no-OpenMP and sanitizer runs), as st.py's
+ * secondary(): a test that takes it checks the same code paths on fewer
+ * cases there (it says which), the release run checking all of them. */
+static inline int test_secondary(void) {
+    const char *e = getenv("MHA_TEST_SECONDARY");
+    return e && strcmp(e, "1") == 0;
+}
+
 /* A module configuration in one call: the book's constructor arguments. */
 static inline mha_config test_config(mha_kind kind, int64_t d_in, int64_t d_out, int64_t ctx,
                                      double dropout, int64_t heads, int qkv_bias) {
