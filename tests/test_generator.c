@@ -579,6 +579,35 @@ static void test_keep_bits(void) {
                   isa_name, p, n);
             CHECK(same_next(g, h, 1300), "[%s] state after keep_bits p=%g n=%zu pre=%zu",
                   isa_name, p, n, pre);
+            /* The prefix form: the same generator state after, the words
+             * up to keep (rounded up to 64) the full draw's, later words
+             * zero, nothing past the end. */
+            const size_t keeps[] = {0, 1, n / 2, n - 1, n};
+            for (size_t ki = 0; ki < sizeof keeps / sizeof keeps[0]; ki++) {
+                const size_t keep = keeps[ki], kw = (keep + 63) / 64 < words ? (keep + 63) / 64 : words;
+                mha_generator *g2 = fresh(7 + pi, MHA_RNG_AVX2), *h2 = fresh(7 + pi, MHA_RNG_AVX2);
+                if (g2 == NULL || h2 == NULL) {
+                    mha_generator_free(g2);
+                    mha_generator_free(h2);
+                    break;
+                }
+                for (size_t i = 0; i < pre + 2 * n; i++) mha_generator_random(h2);
+                for (size_t i = 0; i < pre; i++) mha_generator_random(g2);
+                uint64_t *c = b + MAXW / 2; /* b's second half is unused below n <= MAXN/2 */
+                if (words + 1 > MAXW / 2) c = a; /* large n: a is checked already, reuse it */
+                memset(c, 0xff, (words + 1) * sizeof *c);
+                mha__generator_keep_bits_prefix(g2, c, n, keep, p);
+                size_t bad_p = 0;
+                for (size_t w = 0; w < words; w++) bad_p += c[w] != (w < kw ? b[w] : 0);
+                CHECK(bad_p == 0, "[%s] keep_bits_prefix p=%g n=%zu keep=%zu: %zu words differ", isa_name, p, n,
+                      keep, bad_p);
+                CHECK(c[words] == ~UINT64_C(0), "[%s] keep_bits_prefix n=%zu keep=%zu wrote past the end",
+                      isa_name, n, keep);
+                CHECK(same_next(g2, h2, 700), "[%s] state after keep_bits_prefix p=%g n=%zu keep=%zu", isa_name,
+                      p, n, keep);
+                mha_generator_free(g2);
+                mha_generator_free(h2);
+            }
             /* Sanity of the mask itself: about (1 - p) n kept. */
             if (n >= 10000) {
                 const double rate = (double)kept / (double)n;

@@ -218,6 +218,16 @@ void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double
     }
 }
 
+void mha__generator_keep_bits_prefix(mha_generator *g, uint64_t *bits, size_t n, size_t keep, double p) {
+    if (g == NULL || n == 0) return;
+    keep = (keep + 63) / 64 * 64; /* whole words: the fast kernels' (a word's tail is scalar) */
+    if (keep > n) keep = n;
+    mha__generator_keep_bits(g, bits, keep, p);
+    const size_t w0 = (keep + 63) / 64, w1 = (n + 63) / 64;
+    if (w1 > w0) memset(bits + w0, 0, (w1 - w0) * sizeof *bits);
+    mha_generator_skip(g, 2 * (uint64_t)(n - keep));
+}
+
 /* uniform_real_distribution<double>(0, 1) on random64(): the low 53 bits,
  * scaled exactly into [0, 1 - 2^-53]. */
 /* torch.empty((), dtype=torch.int64).random_(): uniform_int_distribution

@@ -38,6 +38,15 @@ void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n);
  * (n + 63) / 64 words. Any p (NaN: nothing kept, as U53 < NaN is false). */
 void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double p);
 
+/* The same draws (2n outputs consumed), but only the bits of whole words
+ * up to position keep (<= n) computed, the later words zero: the generator
+ * is left where mha__generator_keep_bits(g, bits, n, p) leaves it, and
+ * bits [0, min(n, keep rounded up to 64)) are its, while the draws after
+ * them are only stepped over (mt19937's twist, without tempering or
+ * compares). A causal attention row's keys past its query are masked
+ * before dropout, so their bits are never read. */
+void mha__generator_keep_bits_prefix(mha_generator *g, uint64_t *bits, size_t n, size_t keep, double p);
+
 /* The integer form of U53 < q: the T in [0, 2^53] with
  * v * 2^-53 < q  <=>  v < T  for every integer v in [0, 2^53). */
 uint64_t mha__u53_threshold(double q);
