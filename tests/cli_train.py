@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +77,23 @@ def main():
         for f in ("model.safetensors", "optimizer.safetensors", "train.safetensors"):
             check(read(os.path.join(c, f)) == read(os.path.join(b, f)),
                   "%s differs between 200 steps and 100 + resume to 200 (1, 2, 3 threads)" % f)
+
+        # a second trainer on the directory of a running one is refused
+        # (its flock, which /proc/locks lists once the first holds it)
+        e = os.path.join(tmp, "e")
+        first = subprocess.Popen([binary, "train", "--steps", "1000000", "--out", e, "--threads", "1"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0 = time.time()
+        while first.poll() is None and time.time() - t0 < 30:
+            with open("/proc/locks") as f:
+                if any(ln.split()[1] == "FLOCK" and ln.split()[4] == str(first.pid) for ln in f if ln.strip()):
+                    break
+            time.sleep(0.02)
+        rc, _, err = run(binary, "train", "--steps", "10", "--out", e)
+        check(first.poll() is None and rc == 1 and err.count("\n") == 1 and "another mha train" in err,
+              "a second trainer on a running one's directory: exit %d, stderr %r" % (rc, err))
+        first.kill()
+        first.wait()
 
         for f in ("loss.svg", "attention.svg"):
             try:
