@@ -207,11 +207,11 @@ static void gemv_part(const mha__kernels *k, int64_t n0, int64_t n, int64_t K, c
  * run, which the hardware prefetchers follow. 16-bit weights: the blocks
  * dealt one call each, whose streams are 8 rows long and prefetched by the
  * kernel (kernels/gemv_body.h). GPT-2 124M's decode on a 2-core Zen 5, the
- * builds alternated: F32 as runs 11.2 against 12.4 ms/token as blocks
- * (at 33-44 GB/s; in one process, 1.01-1.19 of a streaming read against
- * 1.10-1.26); bf16 as runs 6.72 against 6.47 ms/token as blocks (the mean
- * of 8 triples). A row's value does not depend on the split (the kernel's
- * contract), so the bits do not depend on the thread count. */
+ * two builds alternated (host reading at 33-44 GB/s): F32 as runs 11.2
+ * against 12.4 ms/token as blocks (4 pairs); bf16 as runs 6.72 against 6.47
+ * ms/token as blocks (the mean of 8 triples), alike at 53-63 GB/s. A row's
+ * value does not depend on the split (the kernel's contract), so the bits
+ * do not depend on the thread count. */
 static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
                       const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
                       const mha__gemm_epilogue *epi) {
