@@ -67,8 +67,9 @@ VINL void finish_row(vf a, const void *w, const float *x, int64_t kv, int64_t K,
  * 2-core Zen 5 widened and summed bf16 rows at 0.93-0.95 of a plain read of
  * them with the prefetch, 0.70-0.78 without. F32 weights come as one long
  * run per thread, whose streams the hardware follows; prefetching them too
- * made the F32 GEMVs of GPT-2 124M 5-8% slower (a build that chose the
- * variant at run time, 4 alternated runs). Prefetches change no value. */
+ * was slower: GPT-2 124M's F32 GEMVs alone took 1.029 of a streaming read
+ * prefetched against 0.966 without (one run of a build that chose the
+ * variant at run time). Prefetches change no value. */
 #ifndef GEMV_PF
 #define GEMV_PF 512
 #endif
