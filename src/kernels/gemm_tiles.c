@@ -200,45 +200,91 @@ static void gemv_part(const mha__kernels *k, int64_t n0, int64_t n, int64_t K, c
     if (epi) epilogue(k, epi, 0, n0, 1, n, C + n0, n);
 }
 
+/* Blocks [b0, b0 + nb) of the GEMV: F32 weights in one kernel call (its
+ * eight streams then lie an eighth of the piece apart and run on for the
+ * whole piece, which the hardware prefetchers follow); 16-bit weights one
+ * call a block, whose streams are 8 rows long and prefetched by the kernel
+ * (kernels/gemv_body.h). GPT-2 124M's decode on a 2-core Zen 5, the two
+ * builds alternated (host reading at 33-44 GB/s): F32 as runs 11.2 against
+ * 12.4 ms/token as blocks (4 pairs); bf16 as runs 6.72 against 6.47
+ * ms/token as blocks (the mean of 8 triples), alike at 53-63 GB/s. */
+static void gemv_blocks(const mha__kernels *k, int64_t b0, int64_t nb, int64_t N, int64_t K, const float *A,
+                        const float *B, const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias,
+                        float *C, const mha__gemm_epilogue *epi) {
+    const int64_t n0 = b0 * MHA_GEMV_ROWS, n1 = (b0 + nb) * MHA_GEMV_ROWS < N ? (b0 + nb) * MHA_GEMV_ROWS : N;
+    if (!W16) {
+        gemv_part(k, n0, n1 - n0, K, A, B, W16, w16, ldb, bias, C, epi);
+        return;
+    }
+    for (int64_t n = n0; n < n1; n += MHA_GEMV_ROWS)
+        gemv_part(k, n, n1 - n < MHA_GEMV_ROWS ? n1 - n : MHA_GEMV_ROWS, K, A, B, W16, w16, ldb, bias, C, epi);
+}
+
+#if defined(MHA_HAVE_OPENMP)
+/* A thread's share of a GEMV's blocks, [lo, hi) in one word (lo in the low
+ * half), on a line of its own: its owner takes pieces from the front, a
+ * thread whose own share ran out takes halves from the back. */
+typedef struct {
+    _Alignas(64) uint64_t w;
+} gemv_share;
+
+#define GEMV_SHARES 64 /* a GEMV runs on at most this many threads */
+
+/* Takes a piece of s into [*b0, *b0 + *nb): the owner's first piece is
+ * three quarters of its share, its later ones a quarter of what is left;
+ * a thief takes the back half. false when s is empty. */
+static bool gemv_take(gemv_share *s, bool owner, bool first, int64_t *b0, int64_t *nb) {
+    uint64_t w = __atomic_load_n(&s->w, __ATOMIC_ACQUIRE);
+    for (;;) {
+        const int64_t lo = (int64_t)(w & 0xffffffffu), hi = (int64_t)(w >> 32), rem = hi - lo;
+        if (rem <= 0) return false;
+        const int64_t c = !owner ? (rem + 1) / 2 : first ? rem - rem / 4 : (rem + 3) / 4;
+        const uint64_t nw = owner ? (uint64_t)(lo + c) | ((uint64_t)hi << 32)
+                                  : (uint64_t)lo | ((uint64_t)(hi - c) << 32);
+        if (__atomic_compare_exchange_n(&s->w, &w, nw, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            *b0 = owner ? lo : hi - c;
+            *nb = c;
+            return true;
+        }
+    }
+}
+#endif
+
 /* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, in
- * 64-row blocks. F32: each thread takes one contiguous run of whole blocks
- * (the runs differ by a block at most) in a single kernel call, whose eight
- * streams then lie an eighth of the run apart and run on for the whole
- * run, which the hardware prefetchers follow. 16-bit weights: the blocks
- * dealt one call each, whose streams are 8 rows long and prefetched by the
- * kernel (kernels/gemv_body.h). GPT-2 124M's decode on a 2-core Zen 5, the
- * two builds alternated (host reading at 33-44 GB/s): F32 as runs 11.2
- * against 12.4 ms/token as blocks (4 pairs); bf16 as runs 6.72 against 6.47
- * ms/token as blocks (the mean of 8 triples), alike at 53-63 GB/s. A row's
- * value does not depend on the split (the kernel's contract), so the bits
- * do not depend on the thread count. */
+ * 64-row blocks. Each thread starts on one contiguous run of whole blocks
+ * (the runs differ by a block at most) and, done with it, helps a slower
+ * one from the back of its run: the two vCPUs of the project machines
+ * run the same rows at speeds 5-30% apart that change from call to call,
+ * and under a static split the faster one waited (perf on bf16 decode:
+ * the worker thread spun in libgomp for 15% of the samples, 6% with the
+ * help; alternated in one process, decode's mean ms/token went 6.76 ->
+ * 6.51 for bf16 and 11.90 -> 11.34 for F32, 20-40 rounds). A row's value
+ * does not depend on the split (the kernel's contract), so the bits do not
+ * depend on the thread count or on who took which rows. */
 static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
                       const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
                       const mha__gemm_epilogue *epi) {
     const int64_t nblk = (N + MHA_GEMV_ROWS - 1) / MHA_GEMV_ROWS;
-    const bool par = nblk > 1 && (double)N * (double)K > 1e5;
-    if (W16) {
 #if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(static) if (par && !omp_in_parallel())
-#endif
-        for (int64_t b = 0; b < nblk; b++) {
-            const int64_t n0 = b * MHA_GEMV_ROWS, n = N - n0 < MHA_GEMV_ROWS ? N - n0 : MHA_GEMV_ROWS;
-            gemv_part(k, n0, n, K, A, B, W16, w16, ldb, bias, C, epi);
+    const int nt = omp_get_max_threads() < GEMV_SHARES ? omp_get_max_threads() : GEMV_SHARES;
+    if (nblk > 1 && (double)N * (double)K > 1e5 && !omp_in_parallel() && nt > 1 && nblk <= INT32_MAX) {
+        gemv_share sh[GEMV_SHARES];
+        for (int t = 0; t < nt; t++) /* a thread the team lacks leaves its share to the others */
+            sh[t].w = (uint64_t)(nblk * t / nt) | ((uint64_t)(nblk * (t + 1) / nt) << 32);
+#pragma omp parallel num_threads(nt)
+        {
+            const int t = omp_get_thread_num();
+            int64_t b0, nb;
+            for (bool first = true; gemv_take(&sh[t], true, first, &b0, &nb); first = false)
+                gemv_blocks(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
+            for (int o = 1; o < nt; o++)
+                while (gemv_take(&sh[(t + o) % nt], false, false, &b0, &nb))
+                    gemv_blocks(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
         }
         return;
     }
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel if (par && !omp_in_parallel())
-    {
-        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t b0 = nblk * t / nt, b1 = nblk * (t + 1) / nt;
-        const int64_t n0 = b0 * MHA_GEMV_ROWS, n1 = b1 * MHA_GEMV_ROWS < N ? b1 * MHA_GEMV_ROWS : N;
-        gemv_part(k, n0, n1 - n0, K, A, B, W16, w16, ldb, bias, C, epi);
-    }
-#else
-    (void)par;
-    gemv_part(k, 0, N, K, A, B, W16, w16, ldb, bias, C, epi);
 #endif
+    gemv_blocks(k, 0, nblk, N, K, A, B, W16, w16, ldb, bias, C, epi);
 }
 
 /* MHA_ERR_NOMEM for an M x N x K product, set on the calling thread (the
