@@ -200,24 +200,17 @@ static void gemv_part(const mha__kernels *k, int64_t n0, int64_t n, int64_t K, c
     if (epi) epilogue(k, epi, 0, n0, 1, n, C + n0, n);
 }
 
-/* Blocks [b0, b0 + nb) of the GEMV: F32 weights in one kernel call (its
- * eight streams then lie an eighth of the piece apart and run on for the
- * whole piece, which the hardware prefetchers follow); 16-bit weights one
- * call a block, whose streams are 8 rows long and prefetched by the kernel
- * (kernels/gemv_body.h). GPT-2 124M's decode on a 2-core Zen 5, the two
- * builds alternated (host reading at 33-44 GB/s): F32 as runs 11.2 against
- * 12.4 ms/token as blocks (4 pairs); bf16 as runs 6.72 against 6.47
- * ms/token as blocks (the mean of 8 triples), alike at 53-63 GB/s. */
+/* Blocks [b0, b0 + nb) of the GEMV in one kernel call: its eight streams
+ * lie an eighth of the piece apart and run on for the whole piece, which
+ * the hardware prefetchers follow (kernels/gemv_body.h). GPT-2 124M's
+ * decode on a 2-core Zen 5: F32 as runs 11.2 against 12.4 ms/token as one
+ * call per 64-row block (4 pairs of builds alternated, host reading at
+ * 33-44 GB/s); bf16 in gemv_body.h. */
 static void gemv_blocks(const mha__kernels *k, int64_t b0, int64_t nb, int64_t N, int64_t K, const float *A,
                         const float *B, const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias,
                         float *C, const mha__gemm_epilogue *epi) {
     const int64_t n0 = b0 * MHA_GEMV_ROWS, n1 = (b0 + nb) * MHA_GEMV_ROWS < N ? (b0 + nb) * MHA_GEMV_ROWS : N;
-    if (!W16) {
-        gemv_part(k, n0, n1 - n0, K, A, B, W16, w16, ldb, bias, C, epi);
-        return;
-    }
-    for (int64_t n = n0; n < n1; n += MHA_GEMV_ROWS)
-        gemv_part(k, n, n1 - n < MHA_GEMV_ROWS ? n1 - n : MHA_GEMV_ROWS, K, A, B, W16, w16, ldb, bias, C, epi);
+    gemv_part(k, n0, n1 - n0, K, A, B, W16, w16, ldb, bias, C, epi);
 }
 
 #if defined(MHA_HAVE_OPENMP)

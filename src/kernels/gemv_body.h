@@ -60,25 +60,16 @@ VINL void finish_row(vf a, const void *w, const float *x, int64_t kv, int64_t K,
     y[n] = bias ? s + bias[n] : s;
 }
 
-/* 16-bit rows are also prefetched GEMV_PF bytes ahead, F32 rows not. The
- * caller (gemm_tiles.c's gemv_rows) deals 16-bit weights in 64-row
- * blocks, whose streams are 8 rows long (12 KiB of 768-wide bf16 rows), too
- * short for the hardware prefetchers to run far ahead: one thread of a
- * 2-core Zen 5 widened and summed bf16 rows at 0.93-0.95 of a plain read of
- * them with the prefetch, 0.70-0.78 without. F32 weights come as one long
- * run per thread, whose streams the hardware follows; prefetching them too
- * was slower: GPT-2 124M's F32 GEMVs alone took 1.029 of a streaming read
- * prefetched against 0.966 without (one run of a build that chose the
- * variant at run time). Prefetches change no value. */
-#ifndef GEMV_PF
-#define GEMV_PF 512
-#endif
-
-/* 16-bit weights in a 64-byte line: one prefetch per line of each row.
- * A prefetch at every vector step (two per AVX-512 line) cost compute: one
- * thread of the 2-core Zen 5 summed L2-resident 512 x 768 bf16 rows at
- * 32-39 GB/s so, at 48-53 GB/s with one per line (4 alternated runs). */
-#define LINE16 32
+/* No software prefetch: the caller (gemm_tiles.c's gemv_rows) hands each
+ * thread long runs of rows, whose eight streams the hardware prefetchers
+ * follow. The 16-bit weights used to come in 64-row blocks, one call each,
+ * their 8-row streams prefetched 512 bytes ahead; as runs without the
+ * prefetch, GPT-2 124M's bf16 decode on a 2-core Zen 5 took 6.21, 6.00 and
+ * 5.57 mean ms/token against 6.35, 6.26 and 5.71 (3 runs of 10 alternated
+ * rounds each in one process; minimums 5.65, 5.66, 5.14 against 6.17,
+ * 5.91, 5.40). Prefetching F32 runs was slower too: their GEMVs alone took
+ * 1.029 of a streaming read prefetched against 0.966 without (one run of a
+ * build that chose the variant at run time). */
 VINL void gemv_any(int64_t N, int64_t K, const float *x, const void *W, int64_t ldw, const float *bias, float *y,
                    int fmt) {
     const int64_t kv = K / VW * VW;
@@ -96,8 +87,6 @@ VINL void gemv_any(int64_t N, int64_t K, const float *x, const void *W, int64_t 
         vf a4 = vf_zero(), a5 = vf_zero(), a6 = vf_zero(), a7 = vf_zero();
         for (int64_t k = 0; k < kv; k += VW) {
             const vf xv = vf_loadu(x + k);
-            if (fmt != W_F32 && k % LINE16 == 0)
-                for (int r = 0; r < 8; r++) __builtin_prefetch((const char *)w_row(w[r], k, 1, fmt) + GEMV_PF, 0, 3);
             a0 = vf_fmadd(w_vec(w[0], k, fmt), xv, a0);
             a1 = vf_fmadd(w_vec(w[1], k, fmt), xv, a1);
             a2 = vf_fmadd(w_vec(w[2], k, fmt), xv, a2);
