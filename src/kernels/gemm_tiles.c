@@ -247,8 +247,8 @@ static bool gemv_take(gemv_share *s, bool owner, bool first, int64_t *b0, int64_
  * 64-row blocks. Each thread starts on one contiguous run of whole blocks
  * (the runs differ by a block at most) and, done with it, helps a slower
  * one from the back of its run: the two vCPUs of the project machines
- * run the same rows at speeds 5-30% apart that change from call to call,
- * and under a static split the faster one waited (perf on bf16 decode:
+ * ran the same rows at speeds up to 50% apart, either one the slower, and
+ * under a static split the faster one waited (perf on bf16 decode:
  * the worker thread spun in libgomp for 15% of the samples, 6% with the
  * help; alternated in one process, decode's mean ms/token went 6.76 ->
  * 6.51 for bf16 and 11.90 -> 11.34 for F32, 20-40 rounds). A row's value
