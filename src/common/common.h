@@ -44,6 +44,11 @@ static inline bool mha__mul_i64(int64_t a, int64_t b, int64_t *r) {
  * time and perhaps never whole (the KV cache), which keeps small pages. */
 void *mha__alloc(size_t bytes);
 void *mha__alloc_gradual(size_t bytes);
+/* Maps the pages of [p, p + bytes) (Linux: madvise MADV_POPULATE_WRITE,
+ * one call for what would be a page fault per 4 KiB page when first
+ * written; the contents are unchanged). Advice only: where the kernel
+ * lacks it (before 5.14) or refuses, nothing happens. */
+void mha__populate(void *p, size_t bytes);
 void *mha__calloc(size_t bytes);
 void *mha__alloc_n(size_t n, size_t size);
 void *mha__calloc_n(size_t n, size_t size);

@@ -114,6 +114,21 @@ void *mha__alloc(size_t bytes) { return alloc_pages(bytes, true); }
 
 void *mha__alloc_gradual(size_t bytes) { return alloc_pages(bytes, false); }
 
+void mha__populate(void *p, size_t bytes) {
+#if defined(__linux__)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+    if (!p || !bytes) return;
+    const uintptr_t page = 4096, a = (uintptr_t)p & ~(page - 1);
+    const uintptr_t e = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
+    (void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 void *mha__calloc(size_t bytes) {
     void *p = mha__alloc(bytes);
     if (p) {

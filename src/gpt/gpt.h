@@ -62,9 +62,10 @@ struct mha_gpt {
     /* run-time state */
     void *ws;                   /* activations, grown on demand */
     size_t ws_size;
-    float *kv;                  /* KV cache: L x (C, 2E) rows [k | v] (batch 1) */
+    float *kv;                  /* KV cache: L x H x (C, 2 HD) rows [k | v] (batch 1) */
     float *kq;                  /* cache queries / context rows (C, E) */
     int64_t kv_len;             /* positions cached */
+    int64_t kv_mapped;          /* positions whose cache pages were populated */
 };
 
 /* One block's activations. With a tape they are the tape's, each block its
