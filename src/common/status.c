@@ -12,6 +12,7 @@
 #endif
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 static _Thread_local char last_error[512];
@@ -119,8 +120,9 @@ void mha__populate(void *p, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
 #endif
-    if (!p || !bytes) return;
-    const uintptr_t page = 4096, a = (uintptr_t)p & ~(page - 1);
+    const long ps = sysconf(_SC_PAGESIZE);
+    if (!p || !bytes || ps <= 0) return;
+    const uintptr_t page = (uintptr_t)ps, a = (uintptr_t)p & ~(page - 1);
     const uintptr_t e = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
     (void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
 #else

@@ -186,31 +186,25 @@ static bool run_tile(const gemm_job *j, int64_t t) {
  * whatever the thread count). */
 #define MHA_GEMV_ROWS 64
 
-/* Rows [n0, n0 + n) of C (1, N) = A (1, K) B^T + bias, B (N, K) (or 16-bit
- * W16), in one kernel call, then through the epilogue, if any (which adds
- * the bias itself). */
-static void gemv_part(const mha__kernels *k, int64_t n0, int64_t n, int64_t K, const float *A, const float *B,
-                      const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
+/* Blocks [b0, b0 + nb) of C (1, N) = A (1, K) B^T + bias, B (N, K) (or
+ * 16-bit W16), in one kernel call, then through the epilogue, if any (which
+ * adds the bias itself). One call: its eight streams lie an eighth of the
+ * piece apart and run on for the whole piece, which the hardware
+ * prefetchers follow (kernels/gemv_body.h). GPT-2 124M's decode on a 2-core
+ * Zen 5: F32 as runs 11.2 against 12.4 ms/token as one call per 64-row
+ * block (4 pairs of builds alternated, host reading at 33-44 GB/s); bf16 in
+ * gemv_body.h. */
+static void gemv_part(const mha__kernels *k, int64_t b0, int64_t nb, int64_t N, int64_t K, const float *A,
+                      const float *B, const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
                       const mha__gemm_epilogue *epi) {
+    const int64_t n0 = b0 * MHA_GEMV_ROWS, n1 = (b0 + nb) * MHA_GEMV_ROWS < N ? (b0 + nb) * MHA_GEMV_ROWS : N;
+    const int64_t n = n1 - n0;
     if (n <= 0) return;
     const float *bs = bias ? bias + n0 : NULL;
     if (!W16) k->gemv(n, K, A, B + n0 * ldb, ldb, bs, C + n0);
     else if (w16 == MHA_DTYPE_BF16) k->gemv_bf16(n, K, A, W16 + n0 * ldb, ldb, bs, C + n0);
     else k->gemv_f16(n, K, A, W16 + n0 * ldb, ldb, bs, C + n0);
     if (epi) epilogue(k, epi, 0, n0, 1, n, C + n0, n);
-}
-
-/* Blocks [b0, b0 + nb) of the GEMV in one kernel call: its eight streams
- * lie an eighth of the piece apart and run on for the whole piece, which
- * the hardware prefetchers follow (kernels/gemv_body.h). GPT-2 124M's
- * decode on a 2-core Zen 5: F32 as runs 11.2 against 12.4 ms/token as one
- * call per 64-row block (4 pairs of builds alternated, host reading at
- * 33-44 GB/s); bf16 in gemv_body.h. */
-static void gemv_blocks(const mha__kernels *k, int64_t b0, int64_t nb, int64_t N, int64_t K, const float *A,
-                        const float *B, const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias,
-                        float *C, const mha__gemm_epilogue *epi) {
-    const int64_t n0 = b0 * MHA_GEMV_ROWS, n1 = (b0 + nb) * MHA_GEMV_ROWS < N ? (b0 + nb) * MHA_GEMV_ROWS : N;
-    gemv_part(k, n0, n1 - n0, K, A, B, W16, w16, ldb, bias, C, epi);
 }
 
 #if defined(MHA_HAVE_OPENMP)
@@ -269,15 +263,15 @@ static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *
             const int t = omp_get_thread_num();
             int64_t b0, nb;
             for (bool first = true; gemv_take(&sh[t], true, first, &b0, &nb); first = false)
-                gemv_blocks(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
+                gemv_part(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
             for (int o = 1; o < nt; o++)
                 while (gemv_take(&sh[(t + o) % nt], false, false, &b0, &nb))
-                    gemv_blocks(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
+                    gemv_part(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
         }
         return;
     }
 #endif
-    gemv_blocks(k, 0, nblk, N, K, A, B, W16, w16, ldb, bias, C, epi);
+    gemv_part(k, 0, nblk, N, K, A, B, W16, w16, ldb, bias, C, epi);
 }
 
 /* MHA_ERR_NOMEM for an M x N x K product, set on the calling thread (the
