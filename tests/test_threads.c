@@ -1,11 +1,11 @@
 /* test_threads.c — results do not depend on the thread count: the
  * projection GEMM (tiled by shape, tests/test_gemm.c checks its values) and
- * the module forward in eval mode, with PyTorch's dropout mask and with the
- * Philox mask, for MultiHeadAttention and the wrapper; chapter 4's
- * LayerNorm and GELU and a GPTModel's forward (eval, training, the KV
- * cache), whose GELU and residual adds run in the GEMM's tiles: bit for bit
- * with 1, 2, 3 and 4 threads, under every kernel set this CPU has (each
- * named).
+ * its one-row GEMV (decode's), the module forward in eval mode, with
+ * PyTorch's dropout mask and with the Philox mask, for MultiHeadAttention
+ * and the wrapper; chapter 4's LayerNorm and GELU and a GPTModel's forward
+ * (eval, training, the KV cache), whose GELU and residual adds run in the
+ * GEMM's tiles: bit for bit with 1, 2, 3 and 4 threads, under every kernel
+ * set this CPU has (each named).
  * Without OpenMP there is nothing to compare: the program reports a skip
  * (exit status 77). */
 #include "kernels/drivers.h"
@@ -156,6 +156,11 @@ int main(void) {
         printf("test_threads: %s kernels, GEMM %s\n", isas[k], mha_runtime_blas());
         gemm_case(isas[k], ref ? 300 : 1500, ref ? 200 : 900, ref ? 64 : 256, true, true);
         gemm_case(isas[k], ref ? 170 : 700, ref ? 130 : 770, ref ? 40 : 128, false, false);
+        /* one row (decode's GEMV, its threads taking each other's rows):
+         * 66 blocks of 64 rows, the last partial; 4 blocks for 3 and 4
+         * threads */
+        gemm_case(isas[k], 1, 4173, 768, true, true);
+        gemm_case(isas[k], 1, 200, 768, true, true);
         for (int mode = 0; mode < 3; mode++) {
             module_case(isas[k], MHA_MULTI_HEAD_ATTENTION, 64, 128, 2, 3, ref ? 70 : 157, mode);
             module_case(isas[k], MHA_MULTI_HEAD_ATTENTION_WRAPPER, 24, 16, 3, 2, ref ? 40 : 131, mode);
