@@ -26,7 +26,7 @@ static float frand(void) {
 
 static void check_kernel(const char *name, mha__gemv_fn f, mha__gemv_fn other) {
     static const int64_t Ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 15, 16, 17, 63, 64, 65, 200};
-    static const int64_t Ks[] = {1, 7, 8, 9, 31, 771};
+    static const int64_t Ks[] = {1, 7, 8, 9, 24, 31, 56, 771};
     for (size_t a = 0; a < sizeof Ns / sizeof Ns[0]; a++)
         for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++)
             for (int with_bias = 0; with_bias < 2; with_bias++) {

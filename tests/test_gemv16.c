@@ -79,7 +79,9 @@ static double rel_err(const float *y, const float *ref, const float *w, const fl
 
 static void test_kernels(const kset *ks, int nk, const kset *avx512, const kset *gen16) {
     static const int64_t shapes[][3] = {{1, 1, 1}, {4, 16, 16}, {7, 33, 40}, {13, 100, 100}, {256, 768, 768},
-                                        {5, 3072, 3072}, {9, 1, 5}};
+                                        {5, 3072, 3072}, {9, 1, 5},
+                                        /* a line's steps, then single vectors (gemv_body.h) */
+                                        {16, 48, 50}, {9, 56, 56}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int64_t N = shapes[s][0], K = shapes[s][1], ld = shapes[s][2] + (s % 2); /* strides above K too */
         uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * ld)), *wh = malloc(sizeof(uint16_t) * (size_t)(N * ld));

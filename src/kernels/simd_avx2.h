@@ -91,4 +91,29 @@ VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
     *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
 }
 
+/* simd_lanes.h's vf_sum_lanes8, the same bits: the eight vectors
+ * transposed into eight columns (column j holds lane j of each), then the
+ * columns added in order, eight chains in one register. */
+#define VF_SUM_LANES8
+VINL void vf_sum_lanes8(const vf a[8], float s[8]) {
+    __m256d u[8]; /* rows 2p and 2p + 1 interleaved: u[2p] their lanes 4q + {0, 1}, u[2p + 1] 4q + {2, 3} */
+    for (int p = 0; p < 4; p++) {
+        u[2 * p] = _mm256_castps_pd(_mm256_unpacklo_ps(a[2 * p], a[2 * p + 1]));
+        u[2 * p + 1] = _mm256_castps_pd(_mm256_unpackhi_ps(a[2 * p], a[2 * p + 1]));
+    }
+    /* v[e] (rows 0-3), w[e] (rows 4-7): 128-bit lane q holds the rows' lane 4q + e */
+    const __m256 v[4] = {_mm256_castpd_ps(_mm256_unpacklo_pd(u[0], u[2])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[0], u[2])),
+                         _mm256_castpd_ps(_mm256_unpacklo_pd(u[1], u[3])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[1], u[3]))};
+    const __m256 w[4] = {_mm256_castpd_ps(_mm256_unpacklo_pd(u[4], u[6])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[4], u[6])),
+                         _mm256_castpd_ps(_mm256_unpacklo_pd(u[5], u[7])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[5], u[7]))};
+    __m256 c[8]; /* c[j]: lane j of rows 0-7 */
+    for (int e = 0; e < 4; e++) {
+        c[e] = _mm256_permute2f128_ps(v[e], w[e], 0x20);
+        c[4 + e] = _mm256_permute2f128_ps(v[e], w[e], 0x31);
+    }
+    __m256 t = c[0];
+    for (int j = 1; j < 8; j++) t = _mm256_add_ps(t, c[j]);
+    _mm256_storeu_ps(s, t);
+}
+
 #endif

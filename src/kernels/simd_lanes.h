@@ -18,6 +18,20 @@ static inline float vf_sum_lanes(vf acc) {
     return s;
 }
 
+/* s[r] = vf_sum_lanes(a[r]) for eight vectors, the same bits: eight
+ * independent chains of adds side by side, lane j of every vector added
+ * before lane j + 1 of any (a layer may define VF_SUM_LANES8 with a
+ * transpose and vector adds instead). */
+#ifndef VF_SUM_LANES8
+static inline void vf_sum_lanes8(const vf a[8], float s[8]) {
+    float t[8][VW];
+    for (int r = 0; r < 8; r++) vf_storeu(t[r], a[r]);
+    for (int r = 0; r < 8; r++) s[r] = t[r][0];
+    for (int i = 1; i < VW; i++)
+        for (int r = 0; r < 8; r++) s[r] += t[r][i];
+}
+#endif
+
 static inline double vd_sum_lanes(vd acc) {
     double t[VDW];
     vd_storeu(t, acc);
