@@ -96,16 +96,8 @@ VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
  * columns added in order, eight chains in one register. */
 #define VF_SUM_LANES8
 VINL void vf_sum_lanes8(const vf a[8], float s[8]) {
-    __m256d u[8]; /* rows 2p and 2p + 1 interleaved: u[2p] their lanes 4q + {0, 1}, u[2p + 1] 4q + {2, 3} */
-    for (int p = 0; p < 4; p++) {
-        u[2 * p] = _mm256_castps_pd(_mm256_unpacklo_ps(a[2 * p], a[2 * p + 1]));
-        u[2 * p + 1] = _mm256_castps_pd(_mm256_unpackhi_ps(a[2 * p], a[2 * p + 1]));
-    }
-    /* v[e] (rows 0-3), w[e] (rows 4-7): 128-bit lane q holds the rows' lane 4q + e */
-    const __m256 v[4] = {_mm256_castpd_ps(_mm256_unpacklo_pd(u[0], u[2])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[0], u[2])),
-                         _mm256_castpd_ps(_mm256_unpacklo_pd(u[1], u[3])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[1], u[3]))};
-    const __m256 w[4] = {_mm256_castpd_ps(_mm256_unpacklo_pd(u[4], u[6])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[4], u[6])),
-                         _mm256_castpd_ps(_mm256_unpacklo_pd(u[5], u[7])), _mm256_castpd_ps(_mm256_unpackhi_pd(u[5], u[7]))};
+    vf v[4], w[4];
+    vf_transpose_quads8(a, v, w);
     __m256 c[8]; /* c[j]: lane j of rows 0-7 */
     for (int e = 0; e < 4; e++) {
         c[e] = _mm256_permute2f128_ps(v[e], w[e], 0x20);

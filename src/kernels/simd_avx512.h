@@ -70,16 +70,8 @@ VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
  * then the columns added in order, eight chains in one register. */
 #define VF_SUM_LANES8
 VINL void vf_sum_lanes8(const vf a[8], float s[8]) {
-    __m512d u[8]; /* rows 2p and 2p + 1 interleaved: u[2p] their lanes 4q + {0, 1}, u[2p + 1] 4q + {2, 3} */
-    for (int p = 0; p < 4; p++) {
-        u[2 * p] = _mm512_castps_pd(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]));
-        u[2 * p + 1] = _mm512_castps_pd(_mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
-    }
-    /* v[e] (rows 0-3), w[e] (rows 4-7): 128-bit lane q holds the rows' lane 4q + e */
-    const __m512 v[4] = {_mm512_castpd_ps(_mm512_unpacklo_pd(u[0], u[2])), _mm512_castpd_ps(_mm512_unpackhi_pd(u[0], u[2])),
-                         _mm512_castpd_ps(_mm512_unpacklo_pd(u[1], u[3])), _mm512_castpd_ps(_mm512_unpackhi_pd(u[1], u[3]))};
-    const __m512 w[4] = {_mm512_castpd_ps(_mm512_unpacklo_pd(u[4], u[6])), _mm512_castpd_ps(_mm512_unpackhi_pd(u[4], u[6])),
-                         _mm512_castpd_ps(_mm512_unpacklo_pd(u[5], u[7])), _mm512_castpd_ps(_mm512_unpackhi_pd(u[5], u[7]))};
+    vf v[4], w[4];
+    vf_transpose_quads8(a, v, w);
     const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
     const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     __m256 c[16]; /* c[j]: lane j of rows 0-7 */

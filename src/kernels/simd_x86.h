@@ -64,4 +64,23 @@ VINL vd vl_as_vd(vl x) { return MM_CASTSI_PD(x); }
 VINL vl vl_add(vl a, vl b) { return MM(add_epi64)(a, b); }
 VINL vl vl_shl(vl a, int n) { return MM(slli_epi64)(a, (unsigned)n); }
 
+/* The first two stages of vf_sum_lanes8's transpose (each layer adds the
+ * last): rows 0-3 into v[e], rows 4-7 into w[e], whose 128-bit lane q holds
+ * the four rows' lane 4q + e. */
+VINL void vf_transpose_quads8(const vf a[8], vf v[4], vf w[4]) {
+    vd u[8]; /* rows 2p and 2p + 1 interleaved: u[2p] their lanes 4q + {0, 1}, u[2p + 1] 4q + {2, 3} */
+    for (int p = 0; p < 4; p++) {
+        u[2 * p] = MM(castps_pd)(MM(unpacklo_ps)(a[2 * p], a[2 * p + 1]));
+        u[2 * p + 1] = MM(castps_pd)(MM(unpackhi_ps)(a[2 * p], a[2 * p + 1]));
+    }
+    for (int h = 0; h < 2; h++) {
+        vf *o = h ? w : v;
+        const vd *x = u + 4 * h;
+        o[0] = MM(castpd_ps)(MM(unpacklo_pd)(x[0], x[2]));
+        o[1] = MM(castpd_ps)(MM(unpackhi_pd)(x[0], x[2]));
+        o[2] = MM(castpd_ps)(MM(unpacklo_pd)(x[1], x[3]));
+        o[3] = MM(castpd_ps)(MM(unpackhi_pd)(x[1], x[3]));
+    }
+}
+
 #endif
