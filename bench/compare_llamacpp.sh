@@ -40,6 +40,10 @@ rs=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --prompt-toke
       --threads "$threads" --json | tail -1)
 rsb=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --dtype bf16 --prompt-tokens 4 --decode 64 \
       --rounds 1 --threads "$threads" --json | tail -1)
+# bf16 against F32 in one process, their decodes alternated round by round: the speedup
+# the host's minute-to-minute swings leave out of the two runs above
+ab=$("$mha" bench GPTModel --weights "$dir/${stem}_hf.safetensors" --dtype bf16 --against f32 --prompt-tokens 4 \
+      --decode 64 --rounds 10 --threads "$threads" --json | tail -1)
 l=$(cd "$dir" && node bench.js "$stem.gguf" "$threads" 3 2>/dev/null | tail -1)
 h='{}'
 [ -f "$dir/${stem}_f16.gguf" ] && h=$(cd "$dir" && node bench.js "${stem}_f16.gguf" "$threads" 3 2>/dev/null | tail -1)
@@ -54,9 +58,9 @@ echo "mha bf16:      $mb"
 echo "llama.cpp:     $l"
 echo "llama.cpp F16: $h"
 echo "torch:         $t"
-/usr/bin/python3 - "$m" "$l" "$h" "$t" "$mb" "$rs" "$rsb" <<'PY'
+/usr/bin/python3 - "$m" "$l" "$h" "$t" "$mb" "$rs" "$rsb" "$ab" <<'PY'
 import json, sys
-m, l, h, t, mb, rs, rsb = (json.loads(a) for a in sys.argv[1:8])
+m, l, h, t, mb, rs, rsb, ab = (json.loads(a) for a in sys.argv[1:9])
 print("prefill 1024: mha %.1f tokens/s, llama.cpp %.1f -> %.2fx" % (
     m["prefill_tokens_per_s"], l["prefill_1024_tok_s"], m["prefill_tokens_per_s"] / l["prefill_1024_tok_s"]))
 print("decode:       mha %.2f tokens/s, llama.cpp %.2f -> %.2fx" % (
@@ -73,6 +77,10 @@ print("mha bf16: decode %.2f tokens/s (%.2fx mha F32's), %.2f ms/token = %.2fx r
     mb["decode_tokens_per_s"], mb["decode_tokens_per_s"] / m["decode_tokens_per_s"], mb["decode_ms_per_token"],
     mb["decode_ms_per_token"] / mb["weights_read_ms"], mb["read_mib"], mb["stream_read_gbps"],
     mb["prefill_tokens_per_s"], mb["peak_rss_mib"], mb["peak_rss_mib"] / m["peak_rss_mib"]))
+print("bf16 / F32 decode in one process, 10 rounds alternated: %.2fx (the median of the rounds' ratios), "
+      "%.2fx (the best rounds: %.2f against %.2f ms/token)" % (
+    ab["speedup_over_against"], ab["speedup_over_against_best"], ab["decode_ms_per_token"],
+    ab["against_decode_ms_per_token"]))
 print("peak RSS at a decode's context (4-token prompt, 64 decoded): F32 %.0f MiB, bf16 %.0f MiB (%.2fx)" % (
     rs["peak_rss_mib"], rsb["peak_rss_mib"], rsb["peak_rss_mib"] / rs["peak_rss_mib"]))
 if h:

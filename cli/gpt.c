@@ -894,6 +894,19 @@ static int bench_train_step(int argc, char **argv) {
     return 0;
 }
 
+/* One decode timing: a fresh cache, a 4-token prompt, then N greedy
+ * single-token steps; their seconds. */
+static double time_decode(mha_gpt *m, float *logits, const int32_t *ids, int64_t N, int64_t V) {
+    cli_check(mha_gpt_cache_reset(m), "cache");
+    cli_check(mha_gpt_cache_feed(m, logits, ids, 4), "prompt");
+    const double t0 = now_s();
+    for (int64_t k = 0; k < N; k++) {
+        const int32_t next = argmax_id(logits, V);
+        cli_check(mha_gpt_cache_feed(m, logits, &next, 1), "decode");
+    }
+    return now_s() - t0;
+}
+
 int mha_cli_bench_gpt(int argc, char **argv) {
     bool step = false, help = false;
     for (int i = 3; i < argc; i++) {
@@ -904,7 +917,8 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     const char *weights = NULL;
     int64_t T = 1024, N = 64, rounds = 3;
     bool json = false, tie = false, cfg_opts = false;
-    mha_dtype dtype = MHA_DTYPE_F32;
+    mha_dtype dtype = MHA_DTYPE_F32, against = MHA_DTYPE_F32;
+    bool have_against = false;
     uint64_t seed = 123;
     mha_gpt_config cfg;
     mha_gpt_config_init(&cfg, MHA_GPT_MODEL);
@@ -913,7 +927,8 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             puts("usage: mha bench GPTModel [--weights FILE | --size 124M|medium|large|xl, init GPTModel's\n"
                  "                          options, --tie-head, --seed 123] [--prompt-tokens T] [--decode N]\n"
-                 "                          [--rounds R] [--dtype f32|bf16|f16] [--threads K] [--json]\n"
+                 "                          [--rounds R] [--dtype f32|bf16|f16] [--against f32|bf16|f16]\n"
+                 "                          [--threads K] [--json]\n"
                  "       mha bench GPTModel --train-step [--batch 2] [--tokens 256] [--weights FILE |\n"
                  "                          --size, init GPTModel's options, --tie-head, --seed 123]\n"
                  "                          [--rounds 5] [--threads K] [--json]\n\n"
@@ -932,7 +947,14 @@ int mha_cli_bench_gpt(int argc, char **argv) {
                  "peak_rss_mib, threads, dtype, ...\n"
                  "--dtype bf16|f16: the weight matrices held in 16 bits (FILE loaded as such; the seeded\n"
                  "model drawn in F32 and converted, its F32 copy freed before the timing); the bound is\n"
-                 "then the 16-bit bytes a step reads.\n\n"
+                 "then the 16-bit bytes a step reads.\n"
+                 "--against D: the same model also held as dtype D, its decode timed in every round beside\n"
+                 "the first's, the order swapped each round, so that both see the host alike (its speed\n"
+                 "moves by up to 2x from minute to minute on shared VMs): prints D's decode and the\n"
+                 "speedup over it: the median of the rounds' ratios (each round's two decodes ran\n"
+                 "back to back) and the ratio of the best rounds (JSON against_dtype,\n"
+                 "against_decode_ms_per_token, speedup_over_against, speedup_over_against_best). Both\n"
+                 "models are then resident: peak_rss_mib counts the two.\n\n"
                  "--train-step times R training steps (after one warm-up) on random tokens: zero_grad, the\n"
                  "forward with a tape in training mode (the model's drop_rate), the mean cross-entropy, the\n"
                  "backward and AdamW (lr 4e-4, weight decay 0.1). The model: FILE, or GPT_CONFIG_124M drawn\n"
@@ -968,6 +990,8 @@ int mha_cli_bench_gpt(int argc, char **argv) {
             cfg_opts = true; /* a cfg key of init GPTModel */
         } else if (!strcmp(a, "--dtype")) {
             dtype = cli_parse_dtype(a, v), i++;
+        } else if (!strcmp(a, "--against")) {
+            against = cli_parse_dtype(a, v), have_against = true, i++;
         } else {
             cli_die("bench GPTModel: unknown option '%s' (see mha bench GPTModel --help)", a);
         }
@@ -977,6 +1001,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     const double t_load = now_s();
     mha_gpt *m = bench_model(weights, &cfg, tie, seed, dtype);
     const double load_s = now_s() - t_load;
+    mha_gpt *m2 = have_against ? bench_model(weights, &cfg, tie, seed, against) : NULL;
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (T > c->context_length) cli_die("--prompt-tokens %lld exceeds context_length %lld", (long long)T, (long long)c->context_length);
     if (4 + N > c->context_length) cli_die("--decode %lld: 4 + N exceeds context_length %lld", (long long)N, (long long)c->context_length);
@@ -993,24 +1018,29 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     read_set_init(&rs, m);
     double gbps = 0.0, gbps_worst = INFINITY;
     read_probe(&rs, 2, &gbps, &gbps_worst);
-    double best_prefill = INFINITY, best_decode = INFINITY;
+    double best_prefill = INFINITY, best_decode = INFINITY, best_against = INFINITY;
+    double *pair = cli_malloc((size_t)rounds * sizeof(double)); /* --against: each round's speedup */
     for (int64_t r = 0; r < rounds; r++) {
         cli_check(mha_gpt_cache_reset(m), "cache");
         double t0 = now_s();
         cli_check(mha_gpt_cache_feed(m, logits, ids, T), "prefill");
         const double tp = now_s() - t0;
         if (tp < best_prefill) best_prefill = tp;
-        cli_check(mha_gpt_cache_reset(m), "cache");
-        cli_check(mha_gpt_cache_feed(m, logits, ids, 4), "prompt");
-        t0 = now_s();
-        for (int64_t k = 0; k < N; k++) {
-            const int32_t next = argmax_id(logits, V);
-            cli_check(mha_gpt_cache_feed(m, logits, &next, 1), "decode");
-        }
-        const double td = now_s() - t0;
+        /* with --against, the other model's decode first in odd rounds */
+        const double ta = m2 && r % 2 ? time_decode(m2, logits, ids, N, V) : 0.0;
+        const double td = time_decode(m, logits, ids, N, V);
+        const double tb = m2 && r % 2 == 0 ? time_decode(m2, logits, ids, N, V) : ta;
         if (td < best_decode) best_decode = td;
+        if (m2) {
+            if (tb < best_against) best_against = tb;
+            pair[r] = tb / td;
+        }
         read_probe(&rs, 2, &gbps, &gbps_worst);
-        if (!json)
+        if (!json && m2)
+            fprintf(stderr, "round %lld/%lld: prefill %.3f s, decode %.3f s (%.2f ms/token), %s %.2f ms/token; reads so far "
+                    "%.1f-%.1f GB/s\n", (long long)r + 1, (long long)rounds, tp, td, td * 1e3 / (double)N,
+                    cli_dtype_name(against), tb * 1e3 / (double)N, gbps_worst, gbps);
+        else if (!json)
             fprintf(stderr, "round %lld/%lld: prefill %.3f s, decode %.3f s (%.2f ms/token); reads so far %.1f-%.1f GB/s\n",
                     (long long)r + 1, (long long)rounds, tp, td, td * 1e3 / (double)N, gbps_worst, gbps);
     }
@@ -1039,21 +1069,37 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     printf("streaming read of the %.1f MiB a decode step reads: best %.1f GB/s (worst %.1f, of %lld reads) -> "
            "%.2f ms; decode / that = %.2f\n", read_mib, gbps, gbps_worst, (long long)(2 + 2 * rounds), bound_ms,
            bound_ms > 0.0 ? decode_ms / bound_ms : 0.0);
-    printf("peak resident memory %.1f MiB (weights %.1f + KV cache %.1f + activations %.1f = %.1f, ratio %.2f)\n", peak,
-           weights_mib, kv_mib, act_mib, weights_mib + kv_mib + act_mib, peak / (weights_mib + kv_mib + act_mib));
+    const double against_ms = best_against * 1e3 / (double)N;
+    qsort(pair, (size_t)rounds, sizeof(double), cmp_ms);
+    const double pair_median = m2 ? median_of(pair, rounds) : 0.0;
+    free(pair);
+    if (m2)
+        printf("decode as %s, rounds alternated with the above: %.2f ms/token (best of %lld); speedup of %s over %s "
+               "%.2fx (the median of the rounds' ratios), %.2fx (of the best rounds)\n", cli_dtype_name(against), against_ms,
+               (long long)rounds, cli_dtype_name(dtype), cli_dtype_name(against), pair_median, best_against / best_decode);
+    printf("peak resident memory %.1f MiB (weights %.1f + KV cache %.1f + activations %.1f = %.1f, ratio %.2f)%s\n", peak,
+           weights_mib, kv_mib, act_mib, weights_mib + kv_mib + act_mib, peak / (weights_mib + kv_mib + act_mib),
+           m2 ? "; with the --against model resident too" : "");
+    char against_json[192] = "";
+    if (m2)
+        snprintf(against_json, sizeof against_json,
+                 ",\"against_dtype\":\"%s\",\"against_decode_ms_per_token\":%.6f,\"speedup_over_against\":%.4f,"
+                 "\"speedup_over_against_best\":%.4f",
+                 cli_dtype_name(against), against_ms, pair_median, best_against / best_decode);
     if (json)
         printf("{\"prefill_tokens\":%lld,\"prefill_tokens_per_s\":%.3f,\"decode_tokens\":%lld,\"decode_tokens_per_s\":%.3f,"
                "\"decode_ms_per_token\":%.6f,\"peak_rss_mib\":%.1f,\"weights_mib\":%.1f,\"kv_cache_mib\":%.1f,"
                "\"threads\":%d,\"isa\":\"%s\",\"blas\":\"%s\",\"load_s\":%.3f,\"params\":%lld,\"emb_dim\":%lld,"
                "\"n_layers\":%lld,\"tied\":%s,\"read_mib\":%.4f,\"stream_read_gbps\":%.4f,"
-               "\"stream_read_gbps_worst\":%.4f,\"weights_read_ms\":%.6f,\"decode_over_read\":%.4f,\"dtype\":\"%s\"}\n",
+               "\"stream_read_gbps_worst\":%.4f,\"weights_read_ms\":%.6f,\"decode_over_read\":%.4f,\"dtype\":\"%s\"%s}\n",
                (long long)T, (double)T / best_prefill, (long long)N, (double)N / best_decode, decode_ms, peak,
                weights_mib, kv_mib, mha_runtime_threads(), mha_runtime_isa(), mha_runtime_blas(), load_s,
                (long long)rs.params, (long long)c->emb_dim, (long long)c->n_layers,
                mha_gpt_head_tied(m) ? "true" : "false", read_mib, gbps, gbps_worst, bound_ms,
-               bound_ms > 0.0 ? decode_ms / bound_ms : 0.0, cli_dtype_name(dtype));
+               bound_ms > 0.0 ? decode_ms / bound_ms : 0.0, cli_dtype_name(dtype), against_json);
     free(ids);
     free(logits);
+    mha_gpt_free(m2);
     mha_gpt_free(m);
     return 0;
 }

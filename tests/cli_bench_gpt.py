@@ -9,6 +9,7 @@
   2. --tie-head: the head is tok_emb, read once per step (read_mib grows
      back by nothing: the head's V x E is counted either way);
   3. --dtype bf16: read_mib the 16-bit matrices' and the F32 vectors' bytes;
+     --against f32: the F32 model's decode and the speedups beside it;
   4. --size medium (emb 1024, 16 heads) with options after it changing
      vocab, context and layers; `mha init GPTModel --size` writes that cfg;
   5. bad options: exit 1, one line on stderr, nothing on stdout.
@@ -74,6 +75,16 @@ def main():
     check(h["dtype"] == "bf16" and abs(h["read_mib"] - want16) <= 1e-3 + 1e-4 * want16,
           "--dtype bf16: read_mib %.4f, the 16-bit bytes (%.4f)" % (h["read_mib"], want16))
     check(h["params"] == P, "--dtype bf16: %d parameters" % h["params"])
+    check("against_dtype" not in h, "no --against: no against keys")
+    a = bench(CFG + ["--dtype", "bf16", "--against", "f32"])
+    check(a["dtype"] == "bf16" and a.get("against_dtype") == "f32", "--against f32: against_dtype %s"
+          % a.get("against_dtype"))
+    for k in ("against_decode_ms_per_token", "speedup_over_against", "speedup_over_against_best"):
+        check(isinstance(a.get(k), (int, float)) and a[k] > 0, "--against: %s is a positive number (%s)" % (k, a.get(k)))
+    best = a["against_decode_ms_per_token"] / a["decode_ms_per_token"]
+    check(abs(a["speedup_over_against_best"] - best) <= 0.01 * best,
+          "--against: speedup_over_against_best = the best rounds' ratio (%.4f, %.4f)"
+          % (a["speedup_over_against_best"], best))
 
     small = ["--vocab-size", "300", "--context-length", "32", "--n-layers", "1"]
     s = bench(["--size", "medium"] + small)
@@ -96,6 +107,8 @@ def main():
             ["--weights", f, "--size", "medium"],
             ["--weights", f, "--tie-head"],
             ["--dtype", "f8"],
+            ["--against", "f8"],
+            ["--against"],
             ["--weights", os.path.join(d, "missing.safetensors")],
         ]
         for args in bad:
