@@ -1019,7 +1019,7 @@ int mha_cli_bench_gpt(int argc, char **argv) {
     double gbps = 0.0, gbps_worst = INFINITY;
     read_probe(&rs, 2, &gbps, &gbps_worst);
     double best_prefill = INFINITY, best_decode = INFINITY, best_against = INFINITY;
-    double *pair = cli_malloc((size_t)rounds * sizeof(double)); /* --against: each round's speedup */
+    double *pair = m2 ? cli_malloc((size_t)rounds * sizeof(double)) : NULL; /* each round's speedup */
     for (int64_t r = 0; r < rounds; r++) {
         cli_check(mha_gpt_cache_reset(m), "cache");
         double t0 = now_s();
@@ -1027,9 +1027,10 @@ int mha_cli_bench_gpt(int argc, char **argv) {
         const double tp = now_s() - t0;
         if (tp < best_prefill) best_prefill = tp;
         /* with --against, the other model's decode first in odd rounds */
-        const double ta = m2 && r % 2 ? time_decode(m2, logits, ids, N, V) : 0.0;
+        double tb = 0.0;
+        if (m2 && r % 2) tb = time_decode(m2, logits, ids, N, V);
         const double td = time_decode(m, logits, ids, N, V);
-        const double tb = m2 && r % 2 == 0 ? time_decode(m2, logits, ids, N, V) : ta;
+        if (m2 && r % 2 == 0) tb = time_decode(m2, logits, ids, N, V);
         if (td < best_decode) best_decode = td;
         if (m2) {
             if (tb < best_against) best_against = tb;
@@ -1070,8 +1071,11 @@ int mha_cli_bench_gpt(int argc, char **argv) {
            "%.2f ms; decode / that = %.2f\n", read_mib, gbps, gbps_worst, (long long)(2 + 2 * rounds), bound_ms,
            bound_ms > 0.0 ? decode_ms / bound_ms : 0.0);
     const double against_ms = best_against * 1e3 / (double)N;
-    qsort(pair, (size_t)rounds, sizeof(double), cmp_ms);
-    const double pair_median = m2 ? median_of(pair, rounds) : 0.0;
+    double pair_median = 0.0;
+    if (m2) {
+        qsort(pair, (size_t)rounds, sizeof(double), cmp_ms);
+        pair_median = median_of(pair, rounds);
+    }
     free(pair);
     if (m2)
         printf("decode as %s, rounds alternated with the above: %.2f ms/token (best of %lld); speedup of %s over %s "

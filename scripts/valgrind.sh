@@ -117,7 +117,9 @@ run "tokenize --decode" "$mha" tokenize --decode 15496,11,995
 run bench "$mha" bench --batch 2 --tokens 9 --d-in 8 --d-out 8 --num-heads 2 --repeat 1 --warmup 0 --train
 run "bench --backward" "$mha" bench --batch 1 --tokens 9 --d-in 8 --d-out 8 --num-heads 2 --repeat 1 \
   --warmup 0 --backward --philox
-run "bench GPTModel" "$mha" bench GPTModel --weights "$tmp/gpt.safetensors" --prompt-tokens 6 --decode 2 --rounds 1
+run "bench GPTModel" "$mha" bench GPTModel --weights "$tmp/gpt.safetensors" --prompt-tokens 6 --decode 2 --rounds 2
+run "bench GPTModel --against" "$mha" bench GPTModel --weights "$tmp/gpt.safetensors" --prompt-tokens 6 --decode 2 \
+  --rounds 2 --dtype bf16 --against f32
 
 # 4. a CLI test against PyTorch with the binary under memcheck
 cases=${MHA_VALGRIND_CASES:-3}
