@@ -45,6 +45,7 @@ mha__xent_row_kernel mha__xent_row_gen16;
 mha__mt_twist_kernel mha__mt_twist_gen16;
 mha__mt_temper_kernel mha__mt_temper_gen16;
 mha__mt_twist_temper_kernel mha__mt_twist_temper_gen16;
+mha__keep_bits_mt_kernel mha__keep_bits_mt_gen16;
 
 /* gemv_gen16.c: gemv_body.h on the emulated AVX-512 layer. */
 mha__gemv_kernel mha__gemv_gen16;

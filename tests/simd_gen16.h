@@ -100,6 +100,7 @@ VINL vm vf_neq_u(vf a, vf b) { GEN16_MASK(!(a[i] == b[i])); }
 VINL vm vi_lt(vi a, vi b) { GEN16_MASK((int32_t)a[i] < (int32_t)b[i]); }
 VINL vm vu_lt(vi a, vi b) { GEN16_MASK(a[i] < b[i]); }
 VINL vm vi_test(vi a, vi bit) { GEN16_MASK((a[i] & bit[i]) != 0); }
+VINL vm vi_eq(vi a, vi b) { GEN16_MASK(a[i] == b[i]); }
 #undef GEN16_MASK
 
 VINL vf vf_select(vm m, vf a, vf b) {
@@ -111,6 +112,7 @@ VINL vf vf_keep(vm m, vf x) { return vf_select(m, x, vf_zero()); }
 VINL vf vf_zero_where(vm m, vf x) { return vf_select(m, vf_zero(), x); }
 VINL int vm_any(vm m) { return m != 0; }
 VINL vm vm_or(vm a, vm b) { return (vm)(a | b); }
+VINL unsigned vm_bits(vm m) { return m; }
 
 VINL vi vi_set1(int32_t x) {
     vi r;
@@ -139,6 +141,14 @@ VINL vi vi_sar(vi a, int n) {
     return r;
 }
 VINL void vi_storeu(int32_t *p, vi x) { memcpy(p, &x, sizeof x); }
+VINL vi vi_evens(vi a, vi b) {
+    vi r;
+    for (int i = 0; i < VW / 2; i++) {
+        r[i] = a[2 * i];
+        r[VW / 2 + i] = b[2 * i];
+    }
+    return r;
+}
 VINL vi vf_as_vi(vf x) { return (vi)x; }
 VINL vf vi_as_vf(vi x) { return (vf)x; }
 VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {

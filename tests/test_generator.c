@@ -5,6 +5,7 @@
 #include "test_util.h"
 #include "generator/generator.h"
 #include "isa_variants.h"
+#include "kernels/mt19937.h"
 #include "kernels/kernels.h"
 #include "mha.h"
 
@@ -626,9 +627,27 @@ static void test_keep_bits(void) {
 /* U53 < q as the scalar path computes it. */
 static bool u53_less(uint64_t v, double q) { return (double)v * 0x1p-53 < q; }
 
+/* The inverse of mt19937's tempering (each step is a bijection: an xor
+ * with a shifted copy, undone by repeating it until the shifted-in bits
+ * run out), so that a test can choose the outputs the keep bits see. */
+static uint32_t untemper(uint32_t y) {
+    uint32_t x = y;
+    x ^= x >> 18; /* 18 >= 16: one repeat */
+    uint32_t t = x;
+    for (int r = 0; r < 3; r++) t = x ^ ((t << 15) & 0xefc60000u);
+    x = t;
+    t = x;
+    for (int r = 0; r < 5; r++) t = x ^ ((t << 7) & 0x9d2c5680u);
+    x = t;
+    t = x;
+    for (int r = 0; r < 3; r++) t = x ^ (t >> 11);
+    return t;
+}
+
 /* The threshold against the double compare: every v within 3000 of T (and
- * the range ends), directly and through mha__keep_bits_from_raw with junk in
- * hi's top 11 bits (they must be ignored). */
+ * the range ends), directly and through mha__keep_bits_from_words (on the
+ * untempered words of these outputs) with junk in hi's top 11 bits (they
+ * must be ignored). */
 static int threshold_case(double q, uint32_t *raw, uint64_t *bits) {
     const uint64_t top = UINT64_C(1) << 53, T = mha__u53_threshold(q);
     if (T > top) return 0;
@@ -641,8 +660,13 @@ static int threshold_case(double q, uint32_t *raw, uint64_t *bits) {
         raw[2 * n + 1] = (uint32_t)v;
         n++;
     }
+    for (size_t i = 0; i < 2 * n; i++) {
+        const uint32_t out = raw[i];
+        raw[i] = untemper(out);
+        ok &= mha__mt_temper1(raw[i]) == out;
+    }
     memset(bits, 0xff, ((n + 63) / 64 + 1) * sizeof *bits);
-    mha__keep_bits_from_raw(raw, n, T, bits);
+    mha__keep_bits_from_words(raw, n, T, bits);
     for (size_t i = 0; i < n; i++) ok &= (int)((bits[i >> 6] >> (i & 63)) & 1u) == (lo + i < T);
     if (n % 64) ok &= (bits[n >> 6] >> (n & 63)) == 0u;
     ok &= bits[(n + 63) / 64] == ~UINT64_C(0);
@@ -665,6 +689,9 @@ static void test_threshold(void) {
               isa_name, KEEP_PS[i]);
     static const double special[] = {0.0, -0.0, 1.0, 0x1p-53, 0x1p-54, 0x1.8p-53, 3 * 0x1p-53,
                                      1.0 - 0x1p-53, 1.0 - 0x1p-52, 0.5, 1e-300, 4.9e-324,
+                                     /* T a multiple of 2^32, or near one: the high words
+                                      * differ across the range, equal within */
+                                     5 * 0x1p-21, 5 * 0x1p-21 + 7 * 0x1p-53, 5 * 0x1p-21 - 7 * 0x1p-53,
                                      -1.0, 2.0, 1e300, (double)INFINITY, -(double)INFINITY,
                                      (double)NAN};
     for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
@@ -770,6 +797,33 @@ static void test_mt_gen16(void) {
         bad += memcmp(out_a, out_b, sizeof out_a) != 0;
     }
     CHECK(bad == 0, "mt_body.h on the 16-lane emulation: %d of 60 results differ from mt_ref.c", bad);
+    /* keep_bits_mt: random words, thresholds at random, at 0 and 2^53, and
+     * at an element's own value (its high word equal: the low word decides),
+     * every tail length */
+    enum { E = 1000 };
+    uint32_t w[2 * E];
+    uint64_t ba[E / 64 + 2], bb[E / 64 + 2];
+    bad = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        for (int i = 0; i < 2 * E; i++) w[i] = (uint32_t)(lcg() >> 5);
+        const size_t n = (size_t)(lcg() % E) + 1, at = (size_t)(lcg() % n);
+        const uint64_t v = ((uint64_t)(mha__mt_temper1(w[2 * at]) & 0x1fffffu) << 32) |
+                           mha__mt_temper1(w[2 * at + 1]);
+        uint64_t T;
+        switch (rep % 5) {
+        case 0: T = 0; break;
+        case 1: T = UINT64_C(1) << 53; break;
+        case 2: T = (lcg() >> 3) & ((UINT64_C(1) << 53) - 1u); break;
+        case 3: T = v; break;
+        default: T = v + 1; break;
+        }
+        memset(ba, 0xa5, sizeof ba);
+        memset(bb, 0xa5, sizeof bb);
+        mha__keep_bits_mt_gen16(w, n, T, ba);
+        mha__keep_bits_mt_ref(w, n, T, bb);
+        bad += memcmp(ba, bb, sizeof ba) != 0;
+    }
+    CHECK(bad == 0, "keep_bits_mt on the 16-lane emulation: %d of 200 results differ from mt_ref.c", bad);
 }
 
 int main(void) {

@@ -124,24 +124,31 @@ uint64_t mha_generator_random64(mha_generator *g) {
  * leaves next = m and left = 624 - (m - 1), exactly as m calls of mt_next
  * do (the first sets left = 624 and takes word 0, each later one takes a
  * word and decrements left); m == 624 gives left == 1, so the next draw of
- * either kind twists. */
-void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
+ * either kind twists. temper: the outputs; else the state words they are
+ * tempered from (dropout's keep bits temper only the words they need). */
+static void bulk_words(mha_generator *g, uint32_t *out, size_t n, bool temper) {
     if (g == NULL || n == 0) return;
     const mha__kernels *k = mha__kernels_active();
     size_t take = (size_t)(g->left - 1);
     if (take > n) take = n;
-    k->mt_temper(g->state + g->next, out, take);
+    if (temper)
+        k->mt_temper(g->state + g->next, out, take);
+    else
+        memcpy(out, g->state + g->next, take * sizeof *out);
     g->next += (int)take;
     g->left -= (int)take;
     out += take;
     n -= take;
     while (n > 0) {
         const size_t m = n < MT_N ? n : MT_N;
-        if (m == MT_N) {
+        if (m == MT_N && temper) {
             k->mt_twist_temper(g->state, out);
         } else {
             k->mt_twist(g->state);
-            k->mt_temper(g->state, out, m);
+            if (temper)
+                k->mt_temper(g->state, out, m);
+            else
+                memcpy(out, g->state, m * sizeof *out);
         }
         g->next = (int)m;
         g->left = MT_N + 1 - (int)m;
@@ -149,6 +156,8 @@ void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
         n -= m;
     }
 }
+
+void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) { bulk_words(g, out, n, true); }
 
 /* random_bulk's bookkeeping without the tempering: n outputs consumed,
  * none produced. Whole blocks cost one twist each. */
@@ -195,9 +204,8 @@ uint64_t mha__u53_threshold(double q) {
     return (uint64_t)ceil(Q);
 }
 
-void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
-                             uint64_t *bits) {
-    mha__kernels_active()->keep_bits_raw(raw, n, threshold, bits);
+void mha__keep_bits_from_words(const uint32_t *w, size_t n, uint64_t threshold, uint64_t *bits) {
+    mha__kernels_active()->keep_bits_mt(w, n, threshold, bits);
 }
 
 /* Elements per chunk of keep_bits: a multiple of 64, so every chunk but the
@@ -213,8 +221,8 @@ void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double
     uint32_t raw[2 * KEEP_CHUNK];
     for (size_t i = 0; i < n; i += KEEP_CHUNK) {
         const size_t m = n - i < KEEP_CHUNK ? n - i : KEEP_CHUNK;
-        mha__generator_random_bulk(g, raw, 2 * m);
-        mha__keep_bits_from_raw(raw, m, threshold, bits + i / 64);
+        bulk_words(g, raw, 2 * m, false);
+        mha__keep_bits_from_words(raw, m, threshold, bits + i / 64);
     }
 }
 

@@ -24,7 +24,7 @@ float mha__dropout_scale(double p);
 
 /* ---- Bulk paths (bit-identical to the scalar calls above) --------------
  * Each runs the active dispatch table's kernels (kernels/kernels.h: mt_*,
- * keep_bits_raw, dropout_apply); all give the same bits and leave the
+ * keep_bits_mt, dropout_apply); all give the same bits and leave the
  * generator in the same state. */
 
 /* out[0..n) = n successive mha_generator_random(g) outputs; afterwards g is
@@ -51,9 +51,10 @@ void mha__generator_keep_bits_prefix(mha_generator *g, uint64_t *bits, size_t n,
  * v * 2^-53 < q  <=>  v < T  for every integer v in [0, 2^53). */
 uint64_t mha__u53_threshold(double q);
 
-/* The compare step of mha__generator_keep_bits on raw outputs: the active
- * table's keep_bits_raw (its contract in kernels/kernels.h). */
-void mha__keep_bits_from_raw(const uint32_t *raw, size_t n, uint64_t threshold,
-                             uint64_t *bits);
+/* The compare step of mha__generator_keep_bits on 2n untempered state
+ * words (two per element, as the generator hands them out before
+ * tempering): the active table's keep_bits_mt (its contract in
+ * kernels/kernels.h). */
+void mha__keep_bits_from_words(const uint32_t *w, size_t n, uint64_t threshold, uint64_t *bits);
 
 #endif

@@ -216,10 +216,11 @@ void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *r
  * "mt_twist": regenerates the mt19937 state st[624] in place;
  * "mt_temper": dst[i] = temper(src[i]), i < n;
  * "mt_twist_temper": twist, then temper all 624 words into dst;
- * "keep_bits_raw": U53 < q keep bits from raw outputs: element i is
- *     v_i = ((raw[2i] & 0x1FFFFF) << 32) | raw[2i + 1]; bit i of the words
- *     = v_i < threshold; writes (n + 63) / 64 words, zero above n.
- *     threshold <= 2^53 (generator.h's mha__u53_threshold);
+ * "keep_bits_mt": U53 < q keep bits from 2n untempered words w (the
+ *     state words the generator hands out, before tempering): element i
+ *     is v_i = ((temper(w[2i]) & 0x1FFFFF) << 32) | temper(w[2i + 1]);
+ *     bit i of the words = v_i < threshold; writes (n + 63) / 64 words,
+ *     zero above n. threshold <= 2^53 (generator.h's mha__u53_threshold);
  * "dropout_apply": out[j] = in[j] * (bit j ? scale : 0).
  * Integer operations and one IEEE multiply: every version gives the same
  * bits. */
@@ -302,8 +303,8 @@ typedef struct {
     X(mt_twist, void, (uint32_t *st), Y, Y)                                                        \
     X(mt_temper, void, (const uint32_t *src, uint32_t *dst, size_t n), Y, Y)                       \
     X(mt_twist_temper, void, (uint32_t *st, uint32_t *dst), Y, Y)                                  \
-    X(keep_bits_raw, void, (const uint32_t *raw, size_t n, uint64_t threshold, uint64_t *bits),    \
-      Y, N)                                                                                        \
+    X(keep_bits_mt, void, (const uint32_t *w, size_t n, uint64_t threshold, uint64_t *bits),       \
+      Y, Y)                                                                                        \
     X(dropout_apply, void, (float *out, const float *in, const uint64_t *bits, size_t n,           \
                             float scale),                                                          \
       Y, N)                                                                                        \

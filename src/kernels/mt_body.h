@@ -1,8 +1,9 @@
 /* mt_body.h — the mt19937 twist and tempering of the generator's bulk
  * paths, written once on a SIMD layer and compiled once per ISA (mt_avx2.c,
  * mt_avx512.c, and the 16-lane emulation tests/mt_gen16.c). The contracts
- * are kernels.h's mt_twist, mt_temper and mt_twist_temper; the oracle is
- * mt_ref.c. Integer operations only, so every layer gives the scalar bits.
+ * are kernels.h's mt_twist, mt_temper, mt_twist_temper and keep_bits_mt;
+ * the oracle is mt_ref.c. Integer operations only, so every layer gives the
+ * scalar bits.
  *
  * The including file defines MHA_KSFX and includes a layer (simd_*.h). */
 #if !defined(VW) || !defined(MHA_KSFX)
@@ -81,4 +82,32 @@ void MHA__KNAME(mt_temper)(const uint32_t *src, uint32_t *dst, size_t n) {
     }
     for (; i + VW <= n; i += VW) mt_st(dst + i, mt_temper_v(mt_ld(src + i)));
     for (; i < n; i++) dst[i] = mha__mt_temper1(src[i]);
+}
+
+/* Dropout's keep bits from untempered words (kernels.h's keep_bits_mt).
+ * v < T splits on the high word: with h = temper(w[2i]) & 0x1FFFFF and
+ * T = (Th << 32) | Tl (Th <= 2^21), v < T iff h < Th, or h == Th and
+ * temper(w[2i + 1]) < Tl. So only the high words are tempered, VW of them
+ * gathered from two vectors (vi_evens), and the compare is 32-bit; the low
+ * word decides only where h == Th (a 2^-21 chance per element), element by
+ * element. The tempering of the low words, half the work, is skipped. */
+void MHA__KNAME(keep_bits_mt)(const uint32_t *w, size_t n, uint64_t threshold, uint64_t *bits) {
+    const uint32_t th = (uint32_t)(threshold >> 32), tl = (uint32_t)threshold;
+    const vi thv = vi_set1((int32_t)th), m21 = vi_set1(0x1fffff);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        uint64_t b = 0;
+        for (int j = 0; j < 64; j += VW) {
+            const uint32_t *p = w + 2 * (i + (size_t)j);
+            const vi h = vi_and(mt_temper_v(vi_evens(mt_ld(p), mt_ld(p + VW))), m21);
+            uint64_t kb = vm_bits(vi_lt(h, thv)); /* both in [0, 2^21]: signed is fine */
+            if (vm_any(vi_eq(h, thv)))
+                for (int t = 0; t < VW; t++)
+                    if ((mha__mt_temper1(p[2 * t]) & 0x1fffffu) == th && mha__mt_temper1(p[2 * t + 1]) < tl)
+                        kb |= 1u << t;
+            b |= kb << j;
+        }
+        bits[i / 64] = b;
+    }
+    if (i < n) mha__keep_bits_mt_ref(w + 2 * i, n - i, threshold, bits + i / 64);
 }

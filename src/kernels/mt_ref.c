@@ -1,5 +1,5 @@
 /* mt_ref.c — the reference kernels of the generator's bulk paths (kernels.h:
- * mt_twist, mt_temper, mt_twist_temper, keep_bits_raw, dropout_apply); the
+ * mt_twist, mt_temper, mt_twist_temper, keep_bits_mt, dropout_apply); the
  * generator (generator.c) runs the active table's through its bulk draws,
  * mt_avx2.c has the AVX2 ones, with identical bits. */
 #include "kernels.h"
@@ -25,16 +25,17 @@ void mha__mt_twist_temper_ref(uint32_t *st, uint32_t *dst) {
     mha__mt_temper_ref(st, dst, MHA_MT_N);
 }
 
-void mha__keep_bits_raw_ref(const uint32_t *raw, size_t n, uint64_t threshold, uint64_t *bits) {
-    for (size_t w = 0; w * 64 < n; w++) {
-        const size_t m = n - w * 64 < 64 ? n - w * 64 : 64;
-        const uint32_t *r = raw + w * 128;
+void mha__keep_bits_mt_ref(const uint32_t *w, size_t n, uint64_t threshold, uint64_t *bits) {
+    for (size_t k = 0; k * 64 < n; k++) {
+        const size_t m = n - k * 64 < 64 ? n - k * 64 : 64;
+        const uint32_t *r = w + k * 128;
         uint64_t b = 0;
         for (size_t i = 0; i < m; i++) {
-            const uint64_t v = ((uint64_t)(r[2 * i] & 0x1fffffu) << 32) | r[2 * i + 1];
+            const uint64_t v = ((uint64_t)(mha__mt_temper1(r[2 * i]) & 0x1fffffu) << 32) |
+                               mha__mt_temper1(r[2 * i + 1]);
             b |= (uint64_t)(v < threshold) << i;
         }
-        bits[w] = b;
+        bits[k] = b;
     }
 }
 

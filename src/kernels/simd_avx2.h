@@ -19,7 +19,9 @@
  *   and sar (logical and arithmetic right shifts), vf_as_vi/vi_as_vf
  *   (bit casts), vi_lt (signed), vu_lt (unsigned), vu_mulhilo(a, b): hi
  *   and lo 32 bits of a * b unsigned (b: one value in every lane),
- *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane).
+ *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane),
+ *   vi_eq(a, b): lanes where a == b; vm_bits(m): lane i of m as bit i;
+ *   vi_evens(a, b): the even lanes of a, then those of b (a0 a2 .. b0 b2 ..).
  *   vf_load_bf16/f16(p): VW 16-bit floats (kernels/half.h) at p, widened
  *   exactly (unaligned).
  *   vd, vl          double vector and 64-bit int vector, VDW = VW / 2 lanes:
@@ -83,6 +85,12 @@ VINL vm vu_lt(vi a, vi b) { /* flip the sign bits: unsigned order as signed */
 }
 VINL vm vi_test(vi a, vi bit) {
     return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(a, bit), bit));
+}
+VINL vm vi_eq(vi a, vi b) { return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, b)); }
+VINL unsigned vm_bits(vm m) { return (unsigned)_mm256_movemask_ps(m); }
+VINL vi vi_evens(vi a, vi b) { /* a0 a2 b0 b2 | a4 a6 b4 b6, then the middle quads swapped */
+    const __m256 e = _mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88);
+    return _mm256_permute4x64_epi64(_mm256_castps_si256(e), 0xD8);
 }
 VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
     const __m256i pe = _mm256_mul_epu32(a, b);                        /* lanes 0,2,4,6 */

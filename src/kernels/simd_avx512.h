@@ -58,6 +58,12 @@ VINL vi vi_iota(void) {
 VINL vm vi_lt(vi a, vi b) { return _mm512_cmplt_epi32_mask(a, b); }
 VINL vm vu_lt(vi a, vi b) { return _mm512_cmplt_epu32_mask(a, b); }
 VINL vm vi_test(vi a, vi bit) { return _mm512_test_epi32_mask(a, bit); }
+VINL vm vi_eq(vi a, vi b) { return _mm512_cmpeq_epi32_mask(a, b); }
+VINL unsigned vm_bits(vm m) { return (unsigned)m; }
+VINL vi vi_evens(vi a, vi b) {
+    const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_epi32(a, idx, b);
+}
 VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
     const __m512i pe = _mm512_mul_epu32(a, b);                        /* even lanes */
     const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b); /* odd lanes */
