@@ -194,9 +194,10 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
     } else {
         const vf dsc = vf_set1(drop_scale);
         /* key quads at absolute multiples of 4 (the keep masks' unit) */
+        keep_cache kc = {.half = -1};
         for (int64_t jq = -(k0 & 3); jq < n; jq += 4) {
             vm mk[4][NV];
-            keep_masks(ks, k0 + jq, p0, row_max, mk);
+            keep_masks(ks, &kc, k0 + jq, p0, row_max, mk);
             for (int r = 0; r < 4; r++) {
                 const int64_t j = jq + r;
                 if (j < 0 || j >= n) continue;

@@ -145,9 +145,10 @@ static void softmax_panel(const keep_src *a, float *st, int64_t n, int64_t k0, i
             }
         }
     } else {
+        keep_cache kc = {.half = -1};
         for (int64_t j = 0; j < n; j += 4) {
             vm mk[4][NV];
-            keep_masks(a, k0 + j, p0, row_max, mk);
+            keep_masks(a, &kc, k0 + j, p0, row_max, mk);
             const int nr = (int)(n - j < 4 ? n - j : 4);
             for (int q = 0; q < nr; q++)
 #pragma GCC unroll 4

@@ -224,10 +224,19 @@ typedef struct {
     uint32_t keep_threshold;
 } keep_src;
 
+/* A BITMASK panel's keep bits for one aligned run of 32 keys: w[v] lane l
+ * = bits [32 * (half & 1), +32) of query p0 + VW * v + l's word. The quads
+ * of keys in one half reuse it, so each row's word is read once per 32 keys
+ * instead of once per 4. Start with half = -1. */
+typedef struct {
+    int64_t half, p0;
+    vi w[NV];
+} keep_cache;
+
 /* Keep masks (set lane = keep) for keys jabs .. jabs+3 (jabs % 4 == 0) and
  * the PW queries p0 .. p0+PW-1 of a panel: mk[r][v] covers lanes VW*v ..
  * VW*v+VW-1. Rows past row_max (padding lanes) reuse row_max. */
-static void keep_masks(const keep_src *a, int64_t jabs, int64_t p0, int64_t row_max,
+static void keep_masks(const keep_src *a, keep_cache *c, int64_t jabs, int64_t p0, int64_t row_max,
                        vm mk[4][NV]) {
     if (a->drop == MHA_DROP_PHILOX) {
         const vi cj = vi_set1((int32_t)(uint32_t)((uint64_t)jabs >> 2));
@@ -243,17 +252,22 @@ static void keep_masks(const keep_src *a, int64_t jabs, int64_t p0, int64_t row_
             for (int r = 0; r < 4; r++) mk[r][v] = vu_lt(w[r], thr);
         }
     } else { /* BITMASK */
-        int32_t nib[PW];
-        const int64_t wj = jabs >> 6;
-        const int sh = (int)(jabs & 63);
-        for (int l = 0; l < PW; l++) {
-            const int64_t i = p0 + l <= row_max ? p0 + l : row_max;
-            nib[l] = (int32_t)((a->keep[i * a->keep_ld + wj] >> sh) & 15u);
+        const int64_t half = jabs >> 5;
+        if (half != c->half || p0 != c->p0) {
+            int32_t w[PW];
+            const int64_t wj = jabs >> 6;
+            const int hs = (int)(half & 1) * 32;
+            for (int l = 0; l < PW; l++) {
+                const int64_t i = p0 + l <= row_max ? p0 + l : row_max;
+                w[l] = (int32_t)(uint32_t)(a->keep[i * a->keep_ld + wj] >> hs);
+            }
+            for (int v = 0; v < NV; v++) c->w[v] = vi_loadu(w + VW * v);
+            c->half = half;
+            c->p0 = p0;
         }
-        for (int v = 0; v < NV; v++) {
-            const vi nv = vi_loadu(nib + VW * v);
-            for (int r = 0; r < 4; r++) mk[r][v] = vi_test(nv, vi_set1(1 << r));
-        }
+        const int sh = (int)(jabs & 31);
+        for (int v = 0; v < NV; v++)
+            for (int r = 0; r < 4; r++) mk[r][v] = vi_test(c->w[v], vi_set1((int32_t)(1u << (sh + r))));
     }
 }
 
