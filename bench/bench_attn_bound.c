@@ -5,7 +5,12 @@
  * forward + backward (dx and every gradient) at each shape, in eval mode,
  * in training mode with PyTorch's mask and with the Philox mask. Minimum
  * over the rounds of each; bound = the counted FLOPs at the sgemm's
- * minimum time (compare_torch.py's: the forward's 4 projections and the
+ * minimum time, over the probes and the (8, 1024) QKV phase below, which
+ * is the same product, run after the same kind of work. (Both follow the
+ * module's runs, as its own GEMMs follow other work: a probe run right
+ * after another probe read 393-396 GFLOP/s where one after the module's
+ * runs read 341-365, on a 2-core Zen 5, so a round has one probe.)
+ * (compare_torch.py's: the forward's 4 projections and the
  * causal half of QK^T and PV; forward + backward adds dX and dW of the
  * projections and 2.5x the core's forward).
  *
@@ -175,9 +180,14 @@ int main(int argc, char **argv) {
         }
         fprintf(stderr, "round %d/%d done\n", r + 1, rounds);
     }
+    /* a shape of GM rows ran the probe's very product as its QKV phase: a
+     * faster moment of it is a better estimate of the sgemm's rate */
+    for (int s = 0; s < ns; s++)
+        if (sh[s].B * sh[s].T == GM) keep_min(&probe, sh[s].qkv_gemm);
 
     const double rate = 2.0 * GM * P * E / probe; /* FLOP/s */
-    printf("%s, %d threads, min over %d rounds; sgemm 8192x2304x768 (mha_sgemm): %.1f GFLOP/s\n",
+    printf("%s, %d threads, min over %d rounds; sgemm 8192x2304x768 (mha_sgemm, the best of the probes"
+           " and any 8192-row QKV phase): %.1f GFLOP/s\n",
            mha_version(), threads, rounds, rate * 1e-9);
     for (int s = 0; s < ns; s++) {
         const shape *c = &sh[s];
