@@ -227,9 +227,9 @@ typedef struct {
 /* A BITMASK panel's keep bits for one aligned run of 32 keys: w[v] lane l
  * = bits [32 * (half & 1), +32) of query p0 + VW * v + l's word. The quads
  * of keys in one half reuse it, so each row's word is read once per 32 keys
- * instead of once per 4. Start with half = -1. */
+ * instead of once per 4. One per panel call (one p0); start with half = -1. */
 typedef struct {
-    int64_t half, p0;
+    int64_t half;
     vi w[NV];
 } keep_cache;
 
@@ -253,7 +253,7 @@ static void keep_masks(const keep_src *a, keep_cache *c, int64_t jabs, int64_t p
         }
     } else { /* BITMASK */
         const int64_t half = jabs >> 5;
-        if (half != c->half || p0 != c->p0) {
+        if (half != c->half) {
             int32_t w[PW];
             const int64_t wj = jabs >> 6;
             const int hs = (int)(half & 1) * 32;
@@ -263,7 +263,6 @@ static void keep_masks(const keep_src *a, keep_cache *c, int64_t jabs, int64_t p
             }
             for (int v = 0; v < NV; v++) c->w[v] = vi_loadu(w + VW * v);
             c->half = half;
-            c->p0 = p0;
         }
         const int sh = (int)(jabs & 31);
         for (int v = 0; v < NV; v++)
