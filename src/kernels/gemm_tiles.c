@@ -188,8 +188,15 @@ static bool run_tile(const gemm_job *j, int64_t t) {
 /* ---- one row: GEMV --------------------------------------------------------- */
 
 /* The unit of the split between threads: rows of W (a fixed split,
- * whatever the thread count). */
-#define MHA_GEMV_ROWS 64
+ * whatever the thread count). The last pieces taken are a unit or two, so
+ * the unit bounds how long one thread waits for the other at the end: 64
+ * rows of F32 ff2 (3072 columns) are 786 KB, some 30 us of one core's
+ * reading. A trace of GPT-2 124M's decode (2-core Zen 5) had each thread
+ * wait 5.5-7 us a call after its last piece with 64 (F32; bf16 3.5-5.5),
+ * 3-4.5 with 16 (bf16 2.5-5.4); `mha bench GPTModel --dtype bf16 --against
+ * f32 --rounds 4`, builds alternated three times: F32 8.57-9.05 -> 8.12-8.19
+ * ms/token, bf16 4.65-5.23 -> 4.59-4.76. */
+#define MHA_GEMV_ROWS 16
 
 /* Blocks [b0, b0 + nb) of C (1, N) = A (1, K) B^T + bias, B (N, K) (or
  * 16-bit W16), in one kernel call, then through the epilogue, if any (which
@@ -243,8 +250,8 @@ static bool gemv_take(gemv_share *s, bool owner, bool first, int64_t *b0, int64_
 #endif
 
 /* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, in
- * 64-row blocks. Each thread starts on one contiguous run of whole blocks
- * (the runs differ by a block at most) and, done with it, helps a slower
+ * blocks of MHA_GEMV_ROWS rows. Each thread starts on one contiguous run of
+ * whole blocks (the runs differ by a block at most) and, done with it, helps a slower
  * one from the back of its run: the two vCPUs of the project machines
  * ran the same rows at speeds up to 50% apart, either one the slower, and
  * under a static split the faster one waited (perf on bf16 decode:
