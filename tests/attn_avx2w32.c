@@ -15,3 +15,4 @@
 #include "kernels/attn_bwd_body.h"
 #include "kernels/gemm_body.h"
 #include "isa_variants.h"
+#include "philox_words.h"

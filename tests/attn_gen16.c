@@ -16,6 +16,7 @@
 #include "kernels/attn_bwd_body.h"
 #include "kernels/gemm_body.h"
 #include "isa_variants.h"
+#include "philox_words.h"
 
 void vexp_array_gen16(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_exp(vf_loadu(x + i)));

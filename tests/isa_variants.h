@@ -6,6 +6,7 @@
 #include "kernels/kernels.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* attn_gen16.c: the AVX-512 kernels (attention forward and backward, the
  * packed GEMM) on the 16-lane emulation (simd_gen16.h): their contracts
@@ -16,6 +17,13 @@ mha__attn_fwd_kernel mha__attn_fwd_gen16, mha__attn_fwd_avx2w32;
 mha__attn_bwd_scratch_kernel mha__attn_bwd_scratch_gen16, mha__attn_bwd_scratch_avx2w32;
 mha__attn_bwd_kernel mha__attn_bwd_gen16, mha__attn_bwd_avx2w32;
 mha__gemm_kernel mha__gemm_gen16, mha__gemm_avx2w32;
+
+/* attn_panel.h's philox_rows (philox_words.h) on the 16-lane emulation, on
+ * the AVX2 layer (attn_avx2w32.c) and on AVX-512 (vexp_avx512.c): w[i * VW +
+ * l] = Philox4x32-10 word i of {j4, row0 + l, stream}, VW = 16, 8, 16. */
+void mha__philox_words_gen16(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
+void mha__philox_words_avx2w32(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
+void mha__philox_words_avx512(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
 
 /* y[0..n) = vf_exp(x[0..n)), n a multiple of 16, on each layer:
  * attn_gen16.c, vexp_avx2.c, vexp_avx512.c. */

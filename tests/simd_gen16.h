@@ -151,12 +151,28 @@ VINL vi vi_evens(vi a, vi b) {
 }
 VINL vi vf_as_vi(vf x) { return (vi)x; }
 VINL vf vi_as_vf(vi x) { return (vf)x; }
-VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
-    for (int i = 0; i < VW; i++) {
+VINL vi vi_xor3(vi a, vi b, vi c) { return a ^ b ^ c; }
+VINL vi vu_mul_pairs(vi a, vi b) { /* vpmuludq */
+    vi r;
+    for (int i = 0; i < VW; i += 2) {
         const uint64_t p = (uint64_t)a[i] * b[i];
-        (*hi)[i] = (uint32_t)(p >> 32);
-        (*lo)[i] = (uint32_t)p;
+        r[i] = (uint32_t)p;
+        r[i + 1] = (uint32_t)(p >> 32);
     }
+    return r;
+}
+VINL vi vi_hi_down(vi a) { /* vpsrlq 32 */
+    vi r;
+    for (int i = 0; i < VW; i += 2) {
+        r[i] = a[i + 1];
+        r[i + 1] = 0;
+    }
+    return r;
+}
+VINL vi vi_pair_evens(vi a, vi b) {
+    vi r = a;
+    for (int i = 0; i < VW; i += 2) r[i + 1] = b[i];
+    return r;
 }
 
 /* The double lanes: vcvtps2pd / vcvtpd2ps (to nearest), vmaxpd / vminpd

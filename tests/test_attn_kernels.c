@@ -518,6 +518,31 @@ static void check_alias(const fast_kernel *f, int64_t T, int64_t HD, bool causal
     head_free(&h);
 }
 
+/* A layer's Philox words (philox_words.h: the fused kernels' philox_rows,
+ * which computes rounds 0-2 partly in scalars and the lanes' products on
+ * even lanes) against mha__philox4x32_10 on random counters and keys, the
+ * row lanes wrapping at 2^32 included. */
+typedef void philox_words_fn(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
+static void test_philox_words(const char *name, philox_words_fn *words, int vw) {
+    int bad = 0;
+    for (int t = 0; t < 4000; t++) {
+        const uint64_t seed = t < 4 ? (t & 1 ? ~0ull : 0) : rng_u64();
+        const uint64_t stream = t < 4 ? (t & 2 ? ~0ull : 0) : rng_u64();
+        const uint32_t j4 = (uint32_t)rng_u64();
+        const uint32_t row0 = t % 7 == 0 ? 0xfffffff8u + (uint32_t)(t % 5) : (uint32_t)rng_u64();
+        uint32_t w[4 * 16];
+        words(j4, row0, stream, seed, w);
+        const uint32_t k[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+        for (int l = 0; l < vw; l++) {
+            const uint32_t c[4] = {j4, row0 + (uint32_t)l, (uint32_t)stream, (uint32_t)(stream >> 32)};
+            uint32_t want[4];
+            mha__philox4x32_10(c, k, want);
+            for (int i = 0; i < 4; i++) bad += w[i * vw + l] != want[i];
+        }
+    }
+    CHECK(bad == 0, "%s: %d Philox words differ from mha__philox4x32_10", name, bad);
+}
+
 int main(void) {
     bool avx2 = false, avx512 = false;
     int gen16 = -1; /* index of the emulated AVX-512 kernel in fast[] */
@@ -557,10 +582,15 @@ int main(void) {
     if (avx2) {
         test_vexp("avx2", vexp_array_avx2, NULL);
         test_vexp("gen16", vexp_array_gen16, vexp_array_avx2);
+        test_philox_words("gen16", mha__philox_words_gen16, 16);
+        test_philox_words("avx2w32", mha__philox_words_avx2w32, 8);
     }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
-    if (avx512) test_vexp("avx512", vexp_array_avx512, vexp_array_avx2);
+    if (avx512) {
+        test_vexp("avx512", vexp_array_avx512, vexp_array_avx2);
+        test_philox_words("avx512", mha__philox_words_avx512, 16);
+    }
 #endif
     (void)avx512;
     (void)gen16;

@@ -1,8 +1,8 @@
 /* philox.h — Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy
  * as 1, 2, 3", SC'11; the Random123 generator) and the counter-based dropout
  * decision built on it. Header-only, portable C99; used by the reference
- * attention kernel and (vectorised, bit-identical: philox_lanes) by the
- * fused kernels (attn_fwd_body.h).
+ * attention kernel and (vectorised, bit-identical: attn_panel.h's
+ * philox_rows) by the fused kernels.
  *
  * Dropout decision for element (row, col) of one head's (T, T) weights:
  *   w[0..3] = philox4x32_10(ctr = {col >> 2, row, stream lo, stream hi},

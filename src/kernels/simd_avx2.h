@@ -17,8 +17,11 @@
  *   vf_zero_where(m,x) m ? 0 : x;  vm_any(m): some lane set;  vm_or
  *   vi_set1/iota (0, 1, .., VW-1)/loadu/storeu/add/and/or/xor/shl, shru
  *   and sar (logical and arithmetic right shifts), vf_as_vi/vi_as_vf
- *   (bit casts), vi_lt (signed), vu_lt (unsigned), vu_mulhilo(a, b): hi
- *   and lo 32 bits of a * b unsigned (b: one value in every lane),
+ *   (bit casts), vi_lt (signed), vu_lt (unsigned), vi_xor3(a, b, c),
+ *   vu_mul_pairs(a, b): lanes 2i and 2i+1 the low and high 32 bits of
+ *   a[2i] * b[2i] unsigned (the odd lanes of a and b not read),
+ *   vi_hi_down(a): lane 2i = a[2i+1], lane 2i+1 = 0, vi_pair_evens(a, b):
+ *   lane 2i = a[2i], lane 2i+1 = b[2i],
  *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane),
  *   vi_eq(a, b): lanes where a == b; vm_bits(m): lane i of m as bit i;
  *   vi_evens(a, b): the even lanes of a, then those of b (a0 a2 .. b0 b2 ..).
@@ -92,12 +95,8 @@ VINL vi vi_evens(vi a, vi b) { /* a0 a2 b0 b2 | a4 a6 b4 b6, then the middle qua
     const __m256 e = _mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), 0x88);
     return _mm256_permute4x64_epi64(_mm256_castps_si256(e), 0xD8);
 }
-VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
-    const __m256i pe = _mm256_mul_epu32(a, b);                        /* lanes 0,2,4,6 */
-    const __m256i po = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b); /* lanes 1,3,5,7 */
-    *hi = _mm256_blend_epi32(_mm256_srli_epi64(pe, 32), po, 0xAA);
-    *lo = _mm256_blend_epi32(pe, _mm256_slli_epi64(po, 32), 0xAA);
-}
+VINL vi vi_xor3(vi a, vi b, vi c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+VINL vi vi_pair_evens(vi a, vi b) { return _mm256_blend_epi32(a, _mm256_slli_epi64(b, 32), 0xAA); }
 
 /* simd_lanes.h's vf_sum_lanes8, the same bits: the eight vectors
  * transposed into eight columns (column j holds lane j of each), then the

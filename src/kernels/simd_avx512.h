@@ -64,11 +64,9 @@ VINL vi vi_evens(vi a, vi b) {
     const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     return _mm512_permutex2var_epi32(a, idx, b);
 }
-VINL void vu_mulhilo(vi a, vi b, vi *hi, vi *lo) {
-    const __m512i pe = _mm512_mul_epu32(a, b);                        /* even lanes */
-    const __m512i po = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), b); /* odd lanes */
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+VINL vi vi_xor3(vi a, vi b, vi c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
+VINL vi vi_pair_evens(vi a, vi b) { /* b's even lanes copied up into a's odd ones */
+    return _mm512_mask_shuffle_epi32(a, 0xAAAA, b, (_MM_PERM_ENUM)0xA0);
 }
 
 /* simd_lanes.h's vf_sum_lanes8, the same bits: the eight vectors

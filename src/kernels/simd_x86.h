@@ -46,6 +46,8 @@ VINL vi vi_or(vi a, vi b) { return MM_SI(or)(a, b); }
 VINL vi vi_shru(vi a, int n) { return MM(srli_epi32)(a, (unsigned)n); }
 VINL vi vi_sar(vi a, int n) { return MM(srai_epi32)(a, (unsigned)n); }
 VINL void vi_storeu(int32_t *p, vi x) { MM_SI(storeu)((void *)p, x); }
+VINL vi vu_mul_pairs(vi a, vi b) { return MM(mul_epu32)(a, b); }
+VINL vi vi_hi_down(vi a) { return MM(srli_epi64)(a, 32); }
 VINL vi vf_as_vi(vf x) { return MM_CASTPS_SI(x); }
 VINL vf vi_as_vf(vi x) { return MM_CASTSI_PS(x); }
 
