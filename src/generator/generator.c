@@ -118,37 +118,31 @@ uint64_t mha_generator_random64(mha_generator *g) {
 /* Bulk draws                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* mt_next's bookkeeping, n at a time. Between twists the words still to be
- * handed out are state[next .. next + left - 2] (left - 1 of them; none
- * right after seeding, when left == 1). A twist followed by m <= 624 draws
- * leaves next = m and left = 624 - (m - 1), exactly as m calls of mt_next
- * do (the first sets left = 624 and takes word 0, each later one takes a
- * word and decrements left); m == 624 gives left == 1, so the next draw of
- * either kind twists. temper: the outputs; else the state words they are
- * tempered from (dropout's keep bits temper only the words they need). */
-static void bulk_words(mha_generator *g, uint32_t *out, size_t n, bool temper) {
+/* n outputs, with mt_next's bookkeeping n at a time. Between twists the
+ * words still to be handed out are state[next .. next + left - 2] (left -
+ * 1 of them; none right after seeding, when left == 1). A twist followed
+ * by m <= 624 draws leaves next = m and left = 624 - (m - 1), exactly as m
+ * calls of mt_next do (the first sets left = 624 and takes word 0, each
+ * later one takes a word and decrements left); m == 624 gives left == 1,
+ * so the next draw of either kind twists. Dropout's keep bits
+ * (mha__generator_keep_bits) keep the same books over untempered words. */
+void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) {
     if (g == NULL || n == 0) return;
     const mha__kernels *k = mha__kernels_active();
     size_t take = (size_t)(g->left - 1);
     if (take > n) take = n;
-    if (temper)
-        k->mt_temper(g->state + g->next, out, take);
-    else
-        memcpy(out, g->state + g->next, take * sizeof *out);
+    k->mt_temper(g->state + g->next, out, take);
     g->next += (int)take;
     g->left -= (int)take;
     out += take;
     n -= take;
     while (n > 0) {
         const size_t m = n < MT_N ? n : MT_N;
-        if (m == MT_N && temper) {
+        if (m == MT_N) {
             k->mt_twist_temper(g->state, out);
         } else {
             k->mt_twist(g->state);
-            if (temper)
-                k->mt_temper(g->state, out, m);
-            else
-                memcpy(out, g->state, m * sizeof *out);
+            k->mt_temper(g->state, out, m);
         }
         g->next = (int)m;
         g->left = MT_N + 1 - (int)m;
@@ -157,7 +151,6 @@ static void bulk_words(mha_generator *g, uint32_t *out, size_t n, bool temper) {
     }
 }
 
-void mha__generator_random_bulk(mha_generator *g, uint32_t *out, size_t n) { bulk_words(g, out, n, true); }
 
 /* random_bulk's bookkeeping without the tempering: n outputs consumed,
  * none produced. Whole blocks cost one twist each. */
@@ -215,10 +208,10 @@ void mha__keep_bits_from_words(const uint32_t *w, size_t n, uint64_t threshold, 
  * twist (their words partly before it, partly after) are copied, into a
  * 128-word buffer, first the old block's remaining words, then, after the
  * twist, the new block's first ones. The same words in the same order as
- * bulk_words hands out, without copying the others. A causal 1024 x 1024
- * head's mask as the attention layer draws it (2-core Zen 5, min of 20,
- * builds alternated 10 times): 0.254-0.265 ms -> 0.248-0.266 while the
- * host ran fast, 0.364-0.373 -> 0.326-0.335 while it ran slow (the twists
+ * mha__generator_random_bulk hands out (untempered), without copying the
+ * others. A causal 1024 x 1024 head's mask as the attention layer draws
+ * it (2-core Zen 5, min of 20, builds alternated 10 times): 0.254-0.265
+ * ms -> 0.248-0.266 while the host ran fast, 0.364-0.373 -> 0.326-0.335 while it ran slow (the twists
  * alone 0.155-0.186 in both), against copying every word through a 19.5
  * KiB buffer first. */
 void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double p) {
