@@ -192,8 +192,8 @@ static bool run_tile(const gemm_job *j, int64_t t) {
  * the unit bounds how long one thread waits for the other at the end: 64
  * rows of F32 ff2 (3072 columns) are 786 KB, some 30 us of one core's
  * reading. A trace of GPT-2 124M's decode (2-core Zen 5) had each thread
- * wait 5.5-7 us a call after its last piece with 64 (F32; bf16 3.5-5.5),
- * 3-4.5 with 16 (bf16 2.5-5.4); `mha bench GPTModel --dtype bf16 --against
+ * wait 5.7-6.9 us a call after its last piece with 64 (F32; bf16 3.5-5.5),
+ * 2.9-4.6 with 16 (bf16 2.5-5.4); `mha bench GPTModel --dtype bf16 --against
  * f32 --rounds 4`, builds alternated three times: F32 8.57-9.05 -> 8.12-8.19
  * ms/token, bf16 4.65-5.23 -> 4.59-4.76. */
 #define MHA_GEMV_ROWS 16
