@@ -501,7 +501,7 @@ static int64_t first_max(const float *v, int64_t n) {
     for (int i = 0; i < L; i++) part[i] = best;
     int64_t j = 0;
     for (; j + L <= n; j += L) {
-        __builtin_prefetch(v + j + 256); /* lines still in the other core's cache */
+        if (j + 256 < n) __builtin_prefetch(v + j + 256); /* lines still in the other core's cache */
         for (int i = 0; i < L; i++) part[i] = v[j + i] > part[i] ? v[j + i] : part[i];
     }
     for (; j < n; j++) best = v[j] > best ? v[j] : best;
