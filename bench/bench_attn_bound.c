@@ -4,15 +4,15 @@
  * bench/compare_torch.py takes as the bound, then the module's forward and
  * forward + backward (dx and every gradient) at each shape, in eval mode,
  * in training mode with PyTorch's mask and with the Philox mask. Minimum
- * over the rounds of each; bound = the counted FLOPs at the sgemm's
- * minimum time, over the probes and the (8, 1024) QKV phase below, which
- * is the same product, run after the same kind of work. (Both follow the
- * module's runs, as its own GEMMs follow other work: a probe run right
- * after another probe read 393-396 GFLOP/s where one after the module's
- * runs read 341-365, on a 2-core Zen 5, so a round has one probe.)
- * (compare_torch.py's: the forward's 4 projections and the
- * causal half of QK^T and PV; forward + backward adds dX and dW of the
- * projections and 2.5x the core's forward).
+ * over the rounds of each; bound = the counted FLOPs (compare_torch.py's:
+ * the forward's 4 projections and the causal half of QK^T and PV; forward
+ * + backward adds dX and dW of the projections and 2.5x the core's
+ * forward) at the sgemm's minimum time, over the probes and the (8, 1024)
+ * QKV phase below, which is the same product, run after the same kind of
+ * work. (Both follow the module's runs, as its own GEMMs follow other
+ * work: a probe run right after another probe read 393-396 GFLOP/s where
+ * one after the module's runs read 341-365, on a 2-core Zen 5, so a round
+ * has one probe.)
  *
  * compare_torch.py measures the probes and mha in separate processes
  * minutes apart; on a VM whose other tenants take the cores for minutes at

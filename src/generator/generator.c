@@ -211,9 +211,9 @@ void mha__keep_bits_from_words(const uint32_t *w, size_t n, uint64_t threshold, 
  * mha__generator_random_bulk hands out (untempered), without copying the
  * others. A causal 1024 x 1024 head's mask as the attention layer draws
  * it (2-core Zen 5, min of 20, builds alternated 10 times): 0.254-0.265
- * ms -> 0.248-0.266 while the host ran fast, 0.364-0.373 -> 0.326-0.335 while it ran slow (the twists
- * alone 0.155-0.186 in both), against copying every word through a 19.5
- * KiB buffer first. */
+ * ms -> 0.248-0.266 while the host ran fast, 0.364-0.373 -> 0.326-0.335
+ * while it ran slow (the twists alone 0.155-0.186 in both), against
+ * copying every word through a 19.5 KiB buffer first. */
 void mha__generator_keep_bits(mha_generator *g, uint64_t *bits, size_t n, double p) {
     if (g == NULL || n == 0) return;
     const mha__kernels *k = mha__kernels_active();

@@ -251,15 +251,15 @@ static bool gemv_take(gemv_share *s, bool owner, bool first, int64_t *b0, int64_
 
 /* C (1, N) = A (1, K) B^T + bias with B (N, K): every weight read once, in
  * blocks of MHA_GEMV_ROWS rows. Each thread starts on one contiguous run of
- * whole blocks (the runs differ by a block at most) and, done with it, helps a slower
- * one from the back of its run: the two vCPUs of the project machines
- * ran the same rows at speeds up to 50% apart, either one the slower, and
- * under a static split the faster one waited (perf on bf16 decode:
- * the worker thread spun in libgomp for 15% of the samples, 6% with the
- * help; alternated in one process, decode's mean ms/token went 6.76 ->
- * 6.51 for bf16 and 11.90 -> 11.34 for F32, 20-40 rounds). A row's value
- * does not depend on the split (the kernel's contract), so the bits do not
- * depend on the thread count or on who took which rows. */
+ * whole blocks (the runs differ by a block at most) and, done with it, helps
+ * a slower one from the back of its run: the two vCPUs of the project
+ * machines ran the same rows at speeds up to 50% apart, either one the
+ * slower, and under a static split the faster one waited (perf on bf16
+ * decode: the worker thread spun in libgomp for 15% of the samples, 6% with
+ * the help; alternated in one process, decode's mean ms/token went 6.76 ->
+ * 6.51 for bf16 and 11.90 -> 11.34 for F32, 20-40 rounds). A row's value does
+ * not depend on the split (the kernel's contract), so the bits do not depend
+ * on the thread count or on who took which rows. */
 static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
                       const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
                       const mha__gemm_epilogue *epi) {
