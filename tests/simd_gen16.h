@@ -152,6 +152,12 @@ VINL vi vi_evens(vi a, vi b) {
 VINL vi vf_as_vi(vf x) { return (vi)x; }
 VINL vf vi_as_vf(vi x) { return (vf)x; }
 VINL vi vi_xor3(vi a, vi b, vi c) { return a ^ b ^ c; }
+VINL vi vi_xor_and(vi a, vi b, vi c) { return a ^ (b & c); } /* vpternlogd 0x78 */
+VINL vi vi_alignr(vi hi, vi lo, int s) { /* valignd */
+    vi r;
+    for (int i = 0; i < VW; i++) r[i] = i + s < VW ? lo[i + s] : hi[i + s - VW];
+    return r;
+}
 VINL vi vu_mul_pairs(vi a, vi b) { /* vpmuludq */
     vi r;
     for (int i = 0; i < VW; i += 2) {

@@ -44,7 +44,7 @@ enum { MT_N = MHA_MT_N };
 static const double PI = 3.14159265358979323846;
 
 struct mha_generator {
-    uint32_t state[MT_N];
+    _Alignas(64) uint32_t state[MT_N]; /* the twist reads and writes it in whole vectors */
     int left; /* draws left before the next twist, as at::mt19937 counts */
     int next; /* index of the next state word to temper */
     /* at::normal_distribution<double> produces two normals per pair of

@@ -213,7 +213,8 @@ typedef struct {
 void mha__layernorm_moments_ref(const float *x, int64_t E, float *mean, float *rstd);
 
 /* ---- The generator's bulk steps (mt_ref.c; mt_body.h, mt_avx2.c) ---------
- * "mt_twist": regenerates the mt19937 state st[624] in place;
+ * "mt_twist": regenerates the mt19937 state st[624] in place (any
+ *     alignment; the vector versions run fastest on a 64-byte aligned st);
  * "mt_temper": dst[i] = temper(src[i]), i < n;
  * "mt_twist_temper": twist, then temper all 624 words into dst;
  * "keep_bits_mt": U53 < q keep bits from 2n untempered words w (the

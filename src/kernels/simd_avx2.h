@@ -25,6 +25,9 @@
  *   vi_test(a, bit): lanes where a & bit != 0 (bit: one bit set per lane),
  *   vi_eq(a, b): lanes where a == b; vm_bits(m): lane i of m as bit i;
  *   vi_evens(a, b): the even lanes of a, then those of b (a0 a2 .. b0 b2 ..).
+ *   vi_xor_and(a, b, c): a ^ (b & c),
+ *   vi_alignr(hi, lo, s): lanes s .. s+VW-1 of lo's lanes followed by hi's
+ *   (0 <= s < VW, a constant: a macro, as the immediate needs).
  *   vf_load_bf16/f16(p): VW 16-bit floats (kernels/half.h) at p, widened
  *   exactly (unaligned).
  *   vd, vl          double vector and 64-bit int vector, VDW = VW / 2 lanes:
@@ -96,7 +99,13 @@ VINL vi vi_evens(vi a, vi b) { /* a0 a2 b0 b2 | a4 a6 b4 b6, then the middle qua
     return _mm256_permute4x64_epi64(_mm256_castps_si256(e), 0xD8);
 }
 VINL vi vi_xor3(vi a, vi b, vi c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+VINL vi vi_xor_and(vi a, vi b, vi c) { return _mm256_xor_si256(a, _mm256_and_si256(b, c)); }
 VINL vi vi_pair_evens(vi a, vi b) { return _mm256_blend_epi32(a, _mm256_slli_epi64(b, 32), 0xAA); }
+/* The middle halves (lo's upper 128 bits, hi's lower), then a byte shift
+ * within each 128-bit lane from the pair that holds lanes s .. s+3 there. */
+#define vi_alignr(hi, lo, s)                                                                              \
+    ((s) < 4 ? _mm256_alignr_epi8(_mm256_permute2x128_si256((lo), (hi), 0x21), (lo), ((s) * 4) & 15)      \
+             : _mm256_alignr_epi8((hi), _mm256_permute2x128_si256((lo), (hi), 0x21), (((s) - 4) * 4) & 15))
 
 /* simd_lanes.h's vf_sum_lanes8, the same bits: the eight vectors
  * transposed into eight columns (column j holds lane j of each), then the

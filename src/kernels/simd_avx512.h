@@ -65,6 +65,8 @@ VINL vi vi_evens(vi a, vi b) {
     return _mm512_permutex2var_epi32(a, idx, b);
 }
 VINL vi vi_xor3(vi a, vi b, vi c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
+VINL vi vi_xor_and(vi a, vi b, vi c) { return _mm512_ternarylogic_epi32(a, b, c, 0x78); }
+#define vi_alignr(hi, lo, s) _mm512_alignr_epi32((hi), (lo), (s))
 VINL vi vi_pair_evens(vi a, vi b) { /* b's even lanes copied up into a's odd ones */
     return _mm512_mask_shuffle_epi32(a, 0xAAAA, b, (_MM_PERM_ENUM)0xA0);
 }
