@@ -142,7 +142,8 @@ static void draw_head(mask_drawer *md, int64_t n) {
      * the words of its first i + 1 bits are computed, the draws of all T
      * consumed: a 1024 x 1024 head's mask in 0.38 ms instead of 0.52
      * (2-core Zen 5, AVX-512; AVX2 0.83 of the time), 0.26 since the keep
-     * bits temper only the words they read (keep_bits_mt), the serial part
+     * bits temper only the words they read (keep_bits_mt), 0.16-0.18
+     * since the twist runs in whole vectors (mt_body.h): the serial part
      * of a training forward with PyTorch's mask */
     for (int64_t i = 0; i < T; i++)
         mha__generator_keep_bits_prefix(d->gen, head + i * ld, (size_t)T, d->causal ? (size_t)(i + 1) : (size_t)T,
