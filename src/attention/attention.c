@@ -164,6 +164,68 @@ static void ensure_drawn(mask_drawer *md, int64_t n) {
 #endif
 }
 
+/* The forward's tasks: (head, query block) pairs, a head's blocks
+ * together. */
+typedef struct {
+    const mha__attention_desc *d;
+    mask_drawer *md;
+    const mha__kernels *k;
+    char *scratch;
+    size_t per;               /* a thread's scratch bytes */
+    int64_t nqb0, nqb, ntasks; /* the first query block, blocks per head, tasks */
+    int nt;                    /* threads the scratch has room for */
+    int64_t next;              /* the next task not taken (a team's) */
+} fwd_tasks;
+
+static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
+    const mha__attention_desc *d = ft->d;
+    mask_drawer *md = ft->md;
+    const int64_t T = d->T, H = d->H, nqb = ft->nqb, keep_ld = (T + 63) / 64;
+    int64_t qb, b, h;
+    if (md->bits) {
+        /* Heads in draw order so that drawing overlaps computing;
+         * within a head, the costliest (last) query blocks first. */
+        ensure_drawn(md, task / nqb);
+        /* The first task of a head also draws the next head, while the
+         * other threads compute this one (a head drawn only when a
+         * task needed it kept the other threads waiting at the lock). */
+        if (task % nqb == 0 && task / nqb + 1 < d->B * H) ensure_drawn(md, task / nqb + 1);
+        draw_order_head(d, task / nqb, &b, &h);
+        qb = nqb - 1 - task % nqb;
+    } else {
+        /* Head by head, so a head's K and V stay in cache across its
+         * query blocks; within a head the costliest (last) blocks
+         * first, so the cheap ones even out the threads at the end. */
+        const int64_t bh = task / nqb;
+        qb = nqb - 1 - task % nqb;
+        b = bh / H;
+        h = bh % H;
+    }
+    mha__attn_args a = {0};
+    fill_head(d, &a, b, h);
+    a.q_begin = (qb + ft->nqb0) * MHA_QBLOCK;
+    a.q_end = a.q_begin + MHA_QBLOCK < T ? a.q_begin + MHA_QBLOCK : T;
+    if (a.q_begin < d->t_begin) a.q_begin = d->t_begin;
+    if (md->bits) {
+        a.drop = MHA_DROP_BITMASK;
+        a.keep = md->bits + ((b * H + h) * T) * keep_ld;
+        a.keep_ld = keep_ld;
+    } else if (d->dropout == MHA_DROPOUT_PHILOX) {
+        a.drop = MHA_DROP_PHILOX;
+    }
+    ft->k->attn_fwd(&a, (float *)(void *)(ft->scratch + ft->per * (size_t)tid));
+}
+
+/* A team thread's share: the next task not taken, until none is left (as
+ * schedule(dynamic, 1)); a thread past the scratch's room takes none. */
+static void fwd_team(void *arg, int t, int nt) {
+    (void)nt;
+    fwd_tasks *ft = arg;
+    if (t >= ft->nt) return;
+    for (int64_t task; (task = __atomic_fetch_add(&ft->next, 1, __ATOMIC_RELAXED)) < ft->ntasks;)
+        fwd_task(ft, task, t);
+}
+
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
@@ -195,7 +257,6 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
         return MHA_OK;
     }
 
-    const int64_t keep_ld = (T + 63) / 64;
     mask_drawer md;
     memset(&md, 0, sizeof md);
     md.d = d;
@@ -208,46 +269,14 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 
     const int64_t nqb0 = d->t_begin / MHA_QBLOCK; /* blocks below t_begin: none */
     const int64_t nqb = (T + MHA_QBLOCK - 1) / MHA_QBLOCK - nqb0;
-    const int64_t ntasks = B * H * nqb;
-    const mha__kernels *k = kernels_of(d);
+    fwd_tasks ft = {d, &md, kernels_of(d), scratch, per, nqb0, nqb, B * H * nqb, nt, 0};
+    if (par && mha__team_run(fwd_team, &ft)) {
+        /* done by the decode step's team */
+    } else {
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
 #endif
-    for (int64_t task = 0; task < ntasks; task++) {
-        int64_t qb, b, h;
-        if (md.bits) {
-            /* Heads in draw order so that drawing overlaps computing;
-             * within a head, the costliest (last) query blocks first. */
-            ensure_drawn(&md, task / nqb);
-            /* The first task of a head also draws the next head, while the
-             * other threads compute this one (a head drawn only when a
-             * task needed it kept the other threads waiting at the lock). */
-            if (task % nqb == 0 && task / nqb + 1 < B * H) ensure_drawn(&md, task / nqb + 1);
-            draw_order_head(d, task / nqb, &b, &h);
-            qb = nqb - 1 - task % nqb;
-        } else {
-            /* Head by head, so a head's K and V stay in cache across its
-             * query blocks; within a head the costliest (last) blocks
-             * first, so the cheap ones even out the threads at the end. */
-            const int64_t bh = task / nqb;
-            qb = nqb - 1 - task % nqb;
-            b = bh / H;
-            h = bh % H;
-        }
-        const int tid = mha__thread_num();
-        mha__attn_args a = {0};
-        fill_head(d, &a, b, h);
-        a.q_begin = (qb + nqb0) * MHA_QBLOCK;
-        a.q_end = a.q_begin + MHA_QBLOCK < T ? a.q_begin + MHA_QBLOCK : T;
-        if (a.q_begin < d->t_begin) a.q_begin = d->t_begin;
-        if (md.bits) {
-            a.drop = MHA_DROP_BITMASK;
-            a.keep = md.bits + ((b * H + h) * T) * keep_ld;
-            a.keep_ld = keep_ld;
-        } else if (d->dropout == MHA_DROPOUT_PHILOX) {
-            a.drop = MHA_DROP_PHILOX;
-        }
-        k->attn_fwd(&a, (float *)(void *)(scratch + per * (size_t)tid));
+        for (int64_t task = 0; task < ft.ntasks; task++) fwd_task(&ft, task, mha__thread_num());
     }
 #if defined(MHA_HAVE_OPENMP)
     if (md.bits) omp_destroy_lock(&md.lock);

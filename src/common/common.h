@@ -107,6 +107,22 @@ mha_status mha__threads_ready(void);
 int mha__max_threads(void);
 int mha__thread_num(void);
 
+/* A team for a run of short parallel steps (a decode step's 49 GEMVs and
+ * 12 attentions, each a few to a hundred microseconds): mha__team_serve
+ * runs body(arg) on the calling thread while the other threads of one
+ * OpenMP region wait for work, and inside body mha__team_run hands a step
+ * to all of them: a cache line each way instead of a region's fork and
+ * join (3-4 us on the project's 2-vCPU VMs). Without OpenMP, with one
+ * thread or inside a parallel region, body(arg) runs alone. The waiting
+ * threads spin (yielding after a while): body should be all steps and
+ * little else. */
+typedef void mha__team_fn(void *arg, int t, int nt);
+void mha__team_serve(void (*body)(void *arg), void *arg);
+/* fn(arg, t, nt) on each thread t < nt of the team serving the calling
+ * thread (t = 0 on the caller), back when all are done: true. false, with
+ * nothing run, where no team serves it (the caller then runs its own way). */
+bool mha__team_run(mha__team_fn *fn, void *arg);
+
 /* The one validation of every JSON text mha parses, before cJSON does
  * (json_check.c): s[0, len) must be one JSON value between white space,
  * RFC 8259 exactly (no raw control characters in strings, no lone

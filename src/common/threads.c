@@ -21,6 +21,7 @@
 #if defined(MHA_HAVE_OPENMP)
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -77,6 +78,90 @@ mha_status mha__threads_ready(void) {
 }
 #else
 mha_status mha__threads_ready(void) { return MHA_OK; }
+#endif
+
+#if defined(MHA_HAVE_OPENMP)
+/* The serving region's mailbox: the caller publishes a step by bumping
+ * gen (release) after fn and arg; each helper, having seen the bump
+ * (acquire), runs it and counts itself done (release), which the caller
+ * waits for (acquire). The lines apart: the helpers poll gen while the
+ * caller's writes to done would otherwise bounce it. */
+typedef struct {
+    _Alignas(64) unsigned gen;
+    mha__team_fn *fn;
+    void *arg;
+    int nt;
+    bool quit;
+    _Alignas(64) int done;
+} team;
+
+static _Thread_local team *serving; /* the team the calling thread leads */
+
+/* Spins on a word; after a while yields the CPU between looks (a host
+ * running more threads than CPUs, valgrind's one-at-a-time scheduler). */
+static void spin_pause(unsigned *n) {
+    if (++*n < (1u << 14)) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    } else {
+        sched_yield();
+    }
+}
+
+static void helper(team *tm, int t) {
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g, n = 0;
+        while ((g = __atomic_load_n(&tm->gen, __ATOMIC_ACQUIRE)) == seen) spin_pause(&n);
+        seen = g;
+        if (tm->quit) return;
+        tm->fn(tm->arg, t, tm->nt);
+        __atomic_fetch_add(&tm->done, 1, __ATOMIC_RELEASE);
+    }
+}
+
+void mha__team_serve(void (*body)(void *arg), void *arg) {
+    if (serving || omp_in_parallel() || omp_get_max_threads() < 2) {
+        body(arg);
+        return;
+    }
+    team tm = {0};
+#pragma omp parallel num_threads(omp_get_max_threads())
+    {
+        const int t = omp_get_thread_num();
+        if (t == 0) {
+            tm.nt = omp_get_num_threads(); /* fewer where OpenMP gave fewer */
+            serving = &tm;
+            body(arg);
+            serving = NULL;
+            tm.quit = true;
+            __atomic_fetch_add(&tm.gen, 1, __ATOMIC_RELEASE);
+        } else {
+            helper(&tm, t);
+        }
+    }
+}
+
+bool mha__team_run(mha__team_fn *fn, void *arg) {
+    team *tm = serving;
+    if (!tm) return false;
+    tm->fn = fn;
+    tm->arg = arg;
+    __atomic_store_n(&tm->done, 0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&tm->gen, 1, __ATOMIC_RELEASE);
+    fn(arg, 0, tm->nt);
+    unsigned n = 0;
+    while (__atomic_load_n(&tm->done, __ATOMIC_ACQUIRE) < tm->nt - 1) spin_pause(&n);
+    return true;
+}
+#else
+void mha__team_serve(void (*body)(void *arg), void *arg) { body(arg); }
+bool mha__team_run(mha__team_fn *fn, void *arg) {
+    (void)fn;
+    (void)arg;
+    return false;
+}
 #endif
 
 int mha__max_threads(void) {

@@ -878,6 +878,26 @@ static void map_cache(mha_gpt *m, int64_t end) {
     m->kv_mapped = to;
 }
 
+/* A feed's forward after its checks and allocations: the embedding, the
+ * blocks, the last position's logits. */
+typedef struct {
+    mha_gpt *m;
+    const pass *p;
+    mha__gpt_acts *a;
+    float *x, *logits;
+    const int32_t *ids;
+    int64_t n;
+    mha_status st;
+} feed_job;
+
+static void feed_forward(void *arg) {
+    feed_job *f = arg;
+    mha_gpt *m = f->m;
+    embed(m, f->p, f->x, f->ids, f->n, f->n, NULL);
+    f->st = run_blocks(m, f->p, NULL, f->a, f->x);
+    if (f->st == MHA_OK) f->st = head_forward(m, f->logits, f->a->h1, f->x + (f->n - 1) * m->E, 1);
+}
+
 mha_status mha_gpt_cache_reset(mha_gpt *m) {
     if (!m) return mha__fail(MHA_ERR_ARGUMENT, "model is NULL");
     m->kv_len = 0;
@@ -917,9 +937,17 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
     mha__gpt_acts a;
     float *x;
     if ((st = plan_scratch(m, &p, &a, (size_t)((n + 1) * E), &x)) != MHA_OK) return st; /* + embed's row */
-    embed(m, &p, x, ids, n, n, NULL);
-    if ((st = run_blocks(m, &p, NULL, &a, x)) != MHA_OK) return st;
-    st = head_forward(m, logits, a.h1, x + (n - 1) * E, 1);
+    feed_job f = {m, &p, &a, x, logits, ids, n, MHA_OK};
+    /* A decode step (one row: its products are GEMVs, its attention a
+     * task per head, both team-aware; nothing else in it is parallel, and
+     * a nested region would run on one thread) runs in one team, not in 61
+     * regions (a GEMV's and an attention's): GPT-2 124M on a 2-core Zen 5,
+     * 64 tokens after a 4-token prompt, 20 rounds alternated in one
+     * process, three times: bf16 5.49, 5.45, 5.93 -> 5.29, 5.27, 5.84 best
+     * ms/token, F32 9.38, 9.80, 9.39 -> 9.23, 9.66, 9.16. */
+    if (n == 1) mha__team_serve(feed_forward, &f);
+    else feed_forward(&f);
+    if ((st = f.st) != MHA_OK) return st;
     release_widened(m, n);
     if (st != MHA_OK) return st;
     m->kv_len = t0 + n; /* only now: a failed feed leaves the cache as it was */

@@ -260,27 +260,53 @@ static bool gemv_take(gemv_share *s, bool owner, bool first, int64_t *b0, int64_
  * 6.51 for bf16 and 11.90 -> 11.34 for F32, 20-40 rounds). A row's value does
  * not depend on the split (the kernel's contract), so the bits do not depend
  * on the thread count or on who took which rows. */
+#if defined(MHA_HAVE_OPENMP)
+typedef struct {
+    const mha__kernels *k;
+    int64_t N, K, ldb;
+    const float *A, *B, *bias;
+    const uint16_t *W16;
+    mha_dtype w16;
+    float *C;
+    const mha__gemm_epilogue *epi;
+    gemv_share *sh;
+    int ns; /* shares: the threads asked for */
+} gemv_job;
+
+/* Thread t: its own share (t < ns), then the others' backs; a share whose
+ * thread the team lacks is left to the others. */
+static void gemv_thread(void *arg, int t, int nt) {
+    (void)nt;
+    const gemv_job *j = arg;
+    int64_t b0, nb;
+    if (t < j->ns)
+        for (bool first = true; gemv_take(&j->sh[t], true, first, &b0, &nb); first = false)
+            gemv_part(j->k, b0, nb, j->N, j->K, j->A, j->B, j->W16, j->w16, j->ldb, j->bias, j->C, j->epi);
+    for (int o = t < j->ns ? 1 : 0; o < j->ns; o++)
+        while (gemv_take(&j->sh[(t + o) % j->ns], false, false, &b0, &nb))
+            gemv_part(j->k, b0, nb, j->N, j->K, j->A, j->B, j->W16, j->w16, j->ldb, j->bias, j->C, j->epi);
+}
+#endif
+
+/* Inside a decode step's team (mha__team_serve) the threads are handed
+ * the job; elsewhere a region of its own. */
 static void gemv_rows(const mha__kernels *k, int64_t N, int64_t K, const float *A, const float *B,
                       const uint16_t *W16, mha_dtype w16, int64_t ldb, const float *bias, float *C,
                       const mha__gemm_epilogue *epi) {
     const int64_t nblk = (N + MHA_GEMV_ROWS - 1) / MHA_GEMV_ROWS;
 #if defined(MHA_HAVE_OPENMP)
     const int nt = omp_get_max_threads() < GEMV_SHARES ? omp_get_max_threads() : GEMV_SHARES;
-    if (nblk > 1 && (double)N * (double)K > 1e5 && !omp_in_parallel() && nt > 1 && nblk <= INT32_MAX) {
+    if (nblk > 1 && (double)N * (double)K > 1e5 && nt > 1 && nblk <= INT32_MAX) {
         gemv_share sh[GEMV_SHARES];
-        for (int t = 0; t < nt; t++) /* a thread the team lacks leaves its share to the others */
+        for (int t = 0; t < nt; t++)
             sh[t].w = (uint64_t)(nblk * t / nt) | ((uint64_t)(nblk * (t + 1) / nt) << 32);
+        gemv_job j = {k, N, K, ldb, A, B, bias, W16, w16, C, epi, sh, nt};
+        if (mha__team_run(gemv_thread, &j)) return;
+        if (!omp_in_parallel()) {
 #pragma omp parallel num_threads(nt)
-        {
-            const int t = omp_get_thread_num();
-            int64_t b0, nb;
-            for (bool first = true; gemv_take(&sh[t], true, first, &b0, &nb); first = false)
-                gemv_part(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
-            for (int o = 1; o < nt; o++)
-                while (gemv_take(&sh[(t + o) % nt], false, false, &b0, &nb))
-                    gemv_part(k, b0, nb, N, K, A, B, W16, w16, ldb, bias, C, epi);
+            gemv_thread(&j, omp_get_thread_num(), nt);
+            return;
         }
-        return;
     }
 #endif
     gemv_part(k, 0, nblk, N, K, A, B, W16, w16, ldb, bias, C, epi);
