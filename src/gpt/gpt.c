@@ -947,7 +947,7 @@ mha_status mha_gpt_cache_feed(mha_gpt *m, float *logits, const int32_t *ids, int
      * ms/token, F32 9.38, 9.80, 9.39 -> 9.23, 9.66, 9.16. */
     if (n == 1) mha__team_serve(feed_forward, &f);
     else feed_forward(&f);
-    if ((st = f.st) != MHA_OK) return st;
+    st = f.st;
     release_widened(m, n);
     if (st != MHA_OK) return st;
     m->kv_len = t0 + n; /* only now: a failed feed leaves the cache as it was */
