@@ -19,9 +19,16 @@
  * a time the two minima can come from different loads (bound/mha of 0.5
  * or 2 in one run). Interleaved in one process, every round sees the
  * probe and the module under the same load, and the minima of many rounds
- * are the quiet moments of both. Also printed per shape: the three phases
- * of the eval forward timed alone (QKV GEMM, attention core, out_proj) as
- * fractions of the sgemm rate.
+ * are the quiet moments of both. The three modes take turns at going
+ * first within a shape (round r starts with mode r mod 3): the first
+ * forward after the probe or another shape finds the shape's input and
+ * weights out of the caches, the next ones find them in, and with a fixed
+ * order the eval forward was always the first (at (1, 1024) on a 2-core
+ * Zen 5: eval 19.5-19.8 ms against train's 18.5-19.7, now eval 17.2-18.2;
+ * compare_torch.py's peers run repeatedly, their caches warm). So each
+ * mode's minimum is its best, as the probe's is. Also printed per shape:
+ * the three phases of the eval forward timed alone (QKV GEMM, attention
+ * core, out_proj) as fractions of the sgemm rate.
  *
  * Usage: bench_attn_bound [--threads N] [--forward-only] [--shape B,T]... [rounds]
  *        (default 2 threads, 7 rounds, shapes (8, 1024), (1, 1024), (8, 256)) */
@@ -143,7 +150,8 @@ int main(int argc, char **argv) {
         for (int s = 0; s < ns; s++) {
             shape *c = &sh[s];
             const int64_t B = c->B, T = c->T, rows = B * T;
-            for (int k = 0; k < MODES; k++) {
+            for (int kk = 0; kk < MODES; kk++) {
+                const int k = (kk + r) % MODES; /* each mode first in a third of the rounds */
                 mha_forward_opts o = {.training = k > 0,
                                       .rng = k == 2 ? MHA_DROPOUT_RNG_PHILOX : MHA_DROPOUT_RNG_TORCH,
                                       .generator = gen, .philox_seed = 5, .philox_offset = (uint64_t)r};
