@@ -35,9 +35,16 @@
  * accumulators), over a whole q-block of rows at a time. So each q panel is
  * packed twice: transposed (Q^T scaled, dO^T) for the first two products,
  * and as rows padded to HDP = HD rounded up to VW (Q, dO) for the last two.
- * K and V are read in place through their strides (copied to contiguous
- * scratch only where the strides crowd a few cache sets). The scratch does
- * not depend on T.
+ * The first key tile packs every panel of the call into scratch, and the
+ * later tiles read them there (T x 2 (HD + HDP) floats); dQ^T accumulates
+ * there too, panel by panel (T x HD), and goes back to the dQ rows once.
+ * (Packing each panel again per key tile, and adding each tile's dQ^T
+ * into the strided dQ rows, took about an eighth of the time at (8, 1024)
+ * on a Zen 5.) A call of one key tile, or one whose tiles' panels would not
+ * line up (causal, k_begin not a multiple of PW), packs per tile and adds
+ * each tile's dQ^T into the rows: the same values. K and V are read in
+ * place through their strides (copied to contiguous scratch only where the
+ * strides crowd a few cache sets).
  *
  * Loop nest per call (keys [k_begin, k_end)):
  *   for each key tile [t0, t1): boundaries at absolute multiples of KB
@@ -47,14 +54,15 @@
  *   a tile holds KB/2 .. 2 KB keys (fewer only if the range does);
  *   dK = dV = 0 (scratch, up to 2 KB x HDP each)
  *     for each q-block of QB = NP*PW rows from t0 (causal) or 0 to T:
- *       for each panel: pack Q^T, dO^T and the Q, dO rows; S^T and dP^T for
- *         the keys the panel sees (causal: up to its last row; -inf masking
- *         only in key groups crossing the diagonal); PM^T, dS^T (grad_panel);
- *         dQ^T = sum over the tile's keys of K dS^T, added into the dQ
- *         rows (8x8 transposes back to rows);
+ *       for each panel: (first tile) pack Q^T, dO^T and the Q, dO rows, and
+ *         the dQ rows transposed; S^T and dP^T for the keys the panel sees
+ *         (causal: up to its last row; -inf masking only in key groups
+ *         crossing the diagonal); PM^T, dS^T (grad_panel); dQ^T += the sum
+ *         over the tile's keys of K dS^T;
  *       dV += PM^T dO, dK += dS^T Q over the q-block's rows (key groups
  *       skip the rows that precede their first key)
  *     write the tile's dK and dV rows.
+ *   write the dQ rows back from dQ^T (8x8 transposes).
  *
  * Determinism: every value is one FMA chain in a fixed order (S and dP over
  * d; dQ^T over the tile's keys; dK, dV over rows in increasing order,
@@ -92,29 +100,30 @@ enum {
 };
 _Static_assert(BKB % 4 == 0 && BKB >= 4, "ATTN_BWD_KB must be a positive multiple of 4");
 _Static_assert(BNP >= 1, "ATTN_BWD_NP >= 1");
+_Static_assert(BKB % PW == 0, "key tiles of whole panels (the panels kept across tiles line up)");
 _Static_assert(OP_MR >= 1 && OP_MR <= 14 && OP_NV >= 1 && OP_NV <= 4,
                "ATTN_OP_MR in 1..14, ATTN_OP_NV in 1..4");
 
 /* ---- scratch -------------------------------------------------------------- */
 
+/* np: panels of T rows (ceil(T / PW)), the call's most */
 typedef struct {
-    float *qt, *dot; /* (HD, PW): the panel's Q^T (times scale) and dO^T */
+    float *qt, *dot; /* np x (HD, PW): the panels' Q^T (times scale) and dO^T */
     /* KT = 2 KB: the most keys a tile holds */
     float *st, *dpt; /* (KT, PW): the panel's S^T, dP^T */
-    float *dqt;      /* (HD, PW): the panel's dQ^T for one key tile */
+    float *dqt;      /* np x (HD, PW): the panels' dQ^T */
     float *pm, *ds;  /* NP x (KT, PW): PM^T and dS^T of the q-block, panel by panel */
-    float *qr, *dor; /* (QB, HDP): the q-block's Q and dO rows, zero-padded */
+    float *qr, *dor; /* (np PW, HDP): the Q and dO rows, zero-padded */
     float *dk, *dv;  /* (KT, HDP): the key tile's accumulators */
     float *kp, *vp;  /* (KT, HD): K and V tiles copied when their strides crowd */
 } bwd_bufs;
 
 /* Lays the buffers out from base (64-byte aligned, each piece a multiple
  * of 16 floats) and returns the floats used; base NULL: only counts. */
-static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
-    const size_t kp = (size_t)BKT * PW;
-    const size_t sizes[13] = {hd * PW,   hd * PW,   kp,        kp,        hd * PW,
-                              BNP * kp,  BNP * kp,  BQB * hdp, BQB * hdp, BKT * hdp,
-                              BKT * hdp, BKT * hd,  BKT * hd};
+static size_t bwd_layout(size_t np, size_t hd, size_t hdp, float *base, bwd_bufs *b) {
+    const size_t kp = (size_t)BKT * PW, panels = np * hd * PW, rows = np * PW * hdp;
+    const size_t sizes[13] = {panels,   panels,   kp,   kp,   panels,   BNP * kp, BNP * kp,
+                              rows,     rows,     BKT * hdp,  BKT * hdp, BKT * hd, BKT * hd};
     float **slot[13] = {&b->qt, &b->dot, &b->st, &b->dpt, &b->dqt, &b->pm, &b->ds,
                         &b->qr, &b->dor, &b->dk, &b->dv,  &b->kp,  &b->vp};
     size_t off = 0;
@@ -126,12 +135,12 @@ static size_t bwd_layout(size_t hd, size_t hdp, float *base, bwd_bufs *b) {
 }
 
 size_t MHA__KNAME(attn_bwd_scratch)(int64_t T, int64_t HD) {
-    (void)T;
-    const size_t hd = HD > 0 ? (size_t)HD : 0u;
-    if (hd > SIZE_MAX / 64u / (BQB + BKT + PW)) return SIZE_MAX;
+    const size_t hd = HD > 0 ? (size_t)HD : 0u, t = T > 0 ? (size_t)T : 0u;
+    const size_t np = (t + PW - 1) / PW > 0 ? (t + PW - 1) / PW : 1u;
+    if (hd > SIZE_MAX / 64u / (BQB + BKT + PW) || np > SIZE_MAX / 64u / PW / (hd + VW)) return SIZE_MAX;
     const size_t hdp = (hd + VW - 1) / VW * VW;
     bwd_bufs b;
-    return 16u + bwd_layout(hd, hdp, NULL, &b); /* 16: alignment slack */
+    return 16u + bwd_layout(np, hd, hdp, NULL, &b); /* 16: alignment slack */
 }
 
 /* ---- packing ---------------------------------------------------------------- */
@@ -300,14 +309,50 @@ static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
     prefetch_rows(a->dq, a->lddq, r, e, HD);
 }
 
+/* dq[p0 + l][0:HD] = dqt[0:HD][l] for the panel's rows l < nv (the
+ * accumulated dQ^T back to its rows). */
+static void unpack_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq) {
+    for (int l0 = 0; l0 < nv; l0 += 8) {
+        const int nl = nv - l0 < 8 ? nv - l0 : 8;
+        int64_t c = 0;
+        for (; c + 8 <= HD; c += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(dqt + (c + i) * PW + l0);
+            transpose8(r);
+            for (int l = 0; l < nl; l++) _mm256_storeu_ps(dq + (p0 + l0 + l) * lddq + c, r[l]);
+        }
+        for (; c < HD; c++)
+            for (int l = 0; l < nl; l++) dq[(p0 + l0 + l) * lddq + c] = dqt[c * PW + l0 + l];
+    }
+}
+
+/* The end of the key tile that starts at t0 in the range [kb, ke): the
+ * next multiple of KB, skipped when within KB/2 of either end of the
+ * range: tiles of KB/2 .. 2 KB keys at fixed positions. */
+static int64_t bwd_tile_end(int64_t t0, int64_t kb, int64_t ke) {
+    int64_t t1 = (t0 / BKB + 1) * BKB;
+    if (t1 - kb < BKB / 2) t1 += BKB; /* (the first tile only) */
+    if (ke - t1 < BKB / 2 || t1 > ke) t1 = ke;
+    return t1;
+}
+
 void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     const int64_t T = a->T, HD = a->HD;
     const int64_t kb = a->k_begin > 0 ? a->k_begin : 0, ke = a->k_end < T ? a->k_end : T;
     if (kb >= ke || HD <= 0) return;
     const int64_t HDP = (HD + VW - 1) / VW * VW;
     bwd_bufs B;
-    bwd_layout((size_t)HD, (size_t)HDP,
+    bwd_layout((size_t)((T + PW - 1) / PW), (size_t)HD, (size_t)HDP,
                (float *)(void *)(((uintptr_t)scratch + 63u) & ~(uintptr_t)63u), &B);
+    /* Rows from qlo on are the call's. keep: the call has more than one
+     * key tile and every tile's panels line up with the first tile's
+     * (those start at qlo, the later ones at multiples of KB), so the
+     * first tile's packing and one dQ^T per panel serve them all;
+     * otherwise each tile packs its own panels into slot 0 and adds its
+     * dQ^T into the rows (for one tile, the cheaper: no dQ^T to fill from
+     * the rows first). */
+    const int64_t qlo = a->causal ? kb : 0;
+    const bool keep = qlo % PW == 0 && bwd_tile_end(kb, kb, ke) < ke;
     const bool pack_k = crowded(a->ldk, HD, BKB, ATTN_BWD_CROWD);
     const bool pack_v = crowded(a->ldv, HD, BKB, ATTN_BWD_CROWD);
     const keep_src ks = {a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream,
@@ -315,12 +360,7 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     const float dsc = a->drop == MHA_DROP_NONE ? 1.0f : a->drop_scale;
 
     for (int64_t t0 = kb; t0 < ke;) {
-        /* the next multiple of KB, skipped when within KB/2 of either end of
-         * the range: tiles of KB/2 .. 2 KB keys at fixed positions */
-        int64_t t1 = (t0 / BKB + 1) * BKB;
-        if (t1 - kb < BKB / 2) t1 += BKB; /* (the first tile only) */
-        if (ke - t1 < BKB / 2 || t1 > ke) t1 = ke;
-        const int64_t kn = t1 - t0;
+        const int64_t t1 = bwd_tile_end(t0, kb, ke), kn = t1 - t0;
         const float *kt = a->k + t0 * a->ldk, *vt = a->v + t0 * a->ldv;
         int64_t ldkt = a->ldk, ldvt = a->ldv;
         if (pack_k) {
@@ -335,7 +375,8 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
             vt = B.vp;
             ldvt = HD;
         }
-        if (t0 == kb) prefetch_panel(a, a->causal ? t0 : 0, HD);
+        const bool pack = !keep || t0 == kb;
+        if (t0 == kb) prefetch_panel(a, qlo, HD);
         memset(B.dk, 0, (size_t)(kn * HDP) * sizeof(float));
         memset(B.dv, 0, (size_t)(kn * HDP) * sizeof(float));
 
@@ -346,9 +387,9 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                 const int64_t p0 = qb + p * PW;
                 const int nv = (int)(T - p0 < PW ? T - p0 : PW);
                 /* the next panel's rows (after the last: the next tile's first) */
-                if (p0 + PW < T)
+                if (pack && p0 + PW < T)
                     prefetch_panel(a, p0 + PW, HD);
-                else if (t1 < ke)
+                else if (!keep && t1 < ke)
                     prefetch_panel(a, a->causal ? t1 : 0, HD);
                 const int64_t plast = p0 + nv - 1;
                 int64_t n = kn;
@@ -361,20 +402,28 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                     logl[l] = l < nv ? a->stats[2 * (p0 + l) + 1] : 0.0f;
                     delta[l] = l < nv ? a->delta[p0 + l] : 0.0f;
                 }
-                pack_rows(a->q, a->ldq, p0, nv, HD, HDP, a->scale, B.qt, B.qr + p * PW * HDP);
-                pack_rows(a->dout, a->lddo, p0, nv, HD, HDP, 1.0f, B.dot, B.dor + p * PW * HDP);
+                const int64_t slot = keep ? (p0 - qlo) / PW : 0, row = keep ? p0 - qlo : p * PW;
+                float *qt = B.qt + slot * HD * PW, *dot = B.dot + slot * HD * PW, *dqt = B.dqt + slot * HD * PW;
+                if (pack) {
+                    pack_rows(a->q, a->ldq, p0, nv, HD, HDP, a->scale, qt, B.qr + row * HDP);
+                    pack_rows(a->dout, a->lddo, p0, nv, HD, HDP, 1.0f, dot, B.dor + row * HDP);
+                    /* dQ^T starts at the rows' values (x 1 is exact) */
+                    if (keep) pack_qt(a->dq, a->lddq, p0, nv, HD, 1.0f, dqt);
+                }
                 vf tm[NV]; /* the panel max qk_panel takes along: unused here */
                 for (int v = 0; v < NV; v++) tm[v] = vf_zero();
-                qk_panel(kt, ldkt, B.qt, HD, n, a->causal, t0, p0, B.st, tm);
-                qk_panel(vt, ldvt, B.dot, HD, n, false, t0, p0, B.dpt, tm);
+                qk_panel(kt, ldkt, qt, HD, n, a->causal, t0, p0, B.st, tm);
+                qk_panel(vt, ldvt, dot, HD, n, false, t0, p0, B.dpt, tm);
                 grad_panel(&ks, B.st, B.dpt, n, kn, t0, p0, plast, mx, logl, delta, dsc, a->scale,
                            pm, ds);
-                memset(B.dqt, 0, (size_t)HD * PW * sizeof(float));
-                pv_panel(kt, ldkt, ds, n, HD, B.dqt);
-                add_dq(B.dqt, p0, nv, HD, a->dq, a->lddq);
+                /* the tile's sum from zero, added to dQ^T or to the rows: the
+                 * same adds in the same order */
+                pv_panel(kt, ldkt, ds, n, HD, dqt, keep ? PV_ADD : PV_SET);
+                if (!keep) add_dq(dqt, p0, nv, HD, a->dq, a->lddq);
             }
-            op_tile(B.pm, B.dor, HDP, nq, kn, a->causal, t0, qb, B.dv);
-            op_tile(B.ds, B.qr, HDP, nq, kn, a->causal, t0, qb, B.dk);
+            const int64_t qrow = keep ? qb - qlo : 0; /* the q-block's first row in B.qr, B.dor */
+            op_tile(B.pm, B.dor + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dv);
+            op_tile(B.ds, B.qr + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dk);
         }
 
         for (int64_t j = 0; j < kn; j++) {
@@ -383,4 +432,8 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
         }
         t0 = t1;
     }
+    if (keep)
+        for (int64_t p0 = qlo; p0 < T; p0 += PW)
+            unpack_dq(B.dqt + (p0 - qlo) / PW * HD * PW, p0, (int)(T - p0 < PW ? T - p0 : PW), HD, a->dq,
+                      a->lddq);
 }

@@ -391,7 +391,7 @@ void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
                 qk_panel(kt, ldkt, qt + p * HD * PW, HD, n, a->causal, k0, p0, st, tm);
                 softmax_panel(&ks, st, n, k0, p0, plast, tm, mrow + p * PW, lrow + p * PW,
                               ot + p * HD * PW, HD);
-                pv_panel(vt, ldvt, st, n, HD, ot + p * HD * PW);
+                pv_panel(vt, ldvt, st, n, HD, ot + p * HD * PW, PV_ACC);
             }
         }
 

@@ -98,16 +98,23 @@ VINL void qk_group(const int mr, const float *k, int64_t ldk, const float *qt, i
     }
 }
 
-/* ot[m][0:PW] += sum_{j < n} v[j][m] pt[j][0:PW] for mr output dims (v
- * points at V[k0] + c0, so the broadcasts read v + j*ldv + m); with
- * from_zero, ot = the sum (ot not read). */
+/* How pv_group writes its sum s over j (one FMA chain per element):
+ * PV_ACC continues the chain from ot (ot = ot + v0 p0 + v1 p1 ..., each
+ * step one rounding), PV_SET starts it at zero (ot = s, ot not read),
+ * PV_ADD starts it at zero and adds it to ot at the end (ot = ot + s: the
+ * backward's dQ, a key tile's sum added to the rows'). */
+enum { PV_ACC, PV_SET, PV_ADD };
+
+/* ot[m][0:PW] (op)= sum_{j < n} v[j][m] pt[j][0:PW] for mr output dims (v
+ * points at V[k0] + c0, so the broadcasts read v + j*ldv + m); mode as
+ * above. */
 VINL void pv_group(const int mr, const float *v, int64_t ldv, const float *pt, int64_t n,
-                   float *ot, const bool from_zero) {
+                   float *ot, const int mode) {
     vf c[PV_MR][NV];
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NV; u++) c[m][u] = from_zero ? vf_zero() : vf_load(ot + m * PW + VW * u);
+        for (int u = 0; u < NV; u++) c[m][u] = mode == PV_ACC ? vf_load(ot + m * PW + VW * u) : vf_zero();
     for (int64_t j = 0; j < n; j++) {
         vf b[NV];
 #pragma GCC unroll 4
@@ -123,7 +130,10 @@ VINL void pv_group(const int mr, const float *v, int64_t ldv, const float *pt, i
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++)
 #pragma GCC unroll 4
-        for (int u = 0; u < NV; u++) vf_store(ot + m * PW + VW * u, c[m][u]);
+        for (int u = 0; u < NV; u++) {
+            float *o = ot + m * PW + VW * u;
+            vf_store(o, mode == PV_ADD ? vf_add(vf_load(o), c[m][u]) : c[m][u]);
+        }
 }
 
 /* A switch over the tile heights 1..14 with compile-time mr; cases above
@@ -174,16 +184,17 @@ static void qk_panel(const float *k, int64_t ldk, const float *qt, int64_t HD, i
     }
 }
 
-/* O^T[0:HD][0:PW] += sum_{j < n} V[k0 + j][:] P^T[j][0:PW]. */
+/* O^T[0:HD][0:PW] (op)= sum_{j < n} V[k0 + j][:] P^T[j][0:PW], op: pv_group's
+ * mode (PV_ACC: the forward's O^T, PV_ADD: the backward's dQ^T). */
 static void pv_panel(const float *v, int64_t ldv, const float *pt, int64_t n, int64_t HD,
-                     float *ot) {
+                     float *ot, const int mode) {
     const split sp = split_of(HD, PV_MR);
     int64_t c = 0;
     for (int64_t i = 0; c < HD; i++) {
         const int mr = (int)(sp.base + (i < sp.rem));
         const float *vc = v + c;
         float *oc = ot + c * PW;
-#define PV_CALL(M) pv_group(M, vc, ldv, pt, n, oc, false)
+#define PV_CALL(M) pv_group(M, vc, ldv, pt, n, oc, mode)
         MR_SWITCH(mr, PV_MR, PV_CALL)
 #undef PV_CALL
         c += mr;

@@ -175,7 +175,7 @@ bool MHA__KNAME(gemm)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                                 _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
                                 _mm_prefetch((const char *)(c + r * ldc + nr - 1), _MM_HINT_T0);
                             }
-                        pv_group(G_MR, pa + ir * kc, G_MR, pb + jr * kc, kc, tile, true);
+                        pv_group(G_MR, pa + ir * kc, G_MR, pb + jr * kc, kc, tile, PV_SET);
                         gemm_store(tile, mr, nr, alpha, beta, p0 == 0, c, ldc);
                     }
                 }
