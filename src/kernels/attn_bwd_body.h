@@ -153,8 +153,9 @@ static void pack_rows(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD
     pack_panel(x, ld, p0, nv, HD, scale, xt, xr, HDP);
 }
 
-/* dq[p0 + l][c] += dqt[c][l] for the panel's rows l < nv. */
-static void add_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq) {
+/* dq[p0 + l][c] += dqt[c][l] for the panel's rows l < nv (a tile's dQ^T),
+ * or with set, dq[p0 + l][c] = dqt[c][l] (the dQ^T kept across tiles). */
+static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq, bool set) {
     for (int l0 = 0; l0 < nv; l0 += 8) {
         const int nl = nv - l0 < 8 ? nv - l0 : 8;
         int64_t c = 0;
@@ -164,11 +165,14 @@ static void add_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, 
             transpose8(r);
             for (int l = 0; l < nl; l++) {
                 float *d = dq + (p0 + l0 + l) * lddq + c;
-                _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), r[l]));
+                _mm256_storeu_ps(d, set ? r[l] : _mm256_add_ps(_mm256_loadu_ps(d), r[l]));
             }
         }
         for (; c < HD; c++)
-            for (int l = 0; l < nl; l++) dq[(p0 + l0 + l) * lddq + c] += dqt[c * PW + l0 + l];
+            for (int l = 0; l < nl; l++) {
+                float *d = dq + (p0 + l0 + l) * lddq + c;
+                *d = set ? dqt[c * PW + l0 + l] : *d + dqt[c * PW + l0 + l];
+            }
     }
 }
 
@@ -309,23 +313,6 @@ static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
     prefetch_rows(a->dq, a->lddq, r, e, HD);
 }
 
-/* dq[p0 + l][0:HD] = dqt[0:HD][l] for the panel's rows l < nv (the
- * accumulated dQ^T back to its rows). */
-static void unpack_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq) {
-    for (int l0 = 0; l0 < nv; l0 += 8) {
-        const int nl = nv - l0 < 8 ? nv - l0 : 8;
-        int64_t c = 0;
-        for (; c + 8 <= HD; c += 8) {
-            __m256 r[8];
-            for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(dqt + (c + i) * PW + l0);
-            transpose8(r);
-            for (int l = 0; l < nl; l++) _mm256_storeu_ps(dq + (p0 + l0 + l) * lddq + c, r[l]);
-        }
-        for (; c < HD; c++)
-            for (int l = 0; l < nl; l++) dq[(p0 + l0 + l) * lddq + c] = dqt[c * PW + l0 + l];
-    }
-}
-
 /* The end of the key tile that starts at t0 in the range [kb, ke): the
  * next multiple of KB, skipped when within KB/2 of either end of the
  * range: tiles of KB/2 .. 2 KB keys at fixed positions. */
@@ -419,7 +406,7 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                 /* the tile's sum from zero, added to dQ^T or to the rows: the
                  * same adds in the same order */
                 pv_panel(kt, ldkt, ds, n, HD, dqt, keep ? PV_ADD : PV_SET);
-                if (!keep) add_dq(dqt, p0, nv, HD, a->dq, a->lddq);
+                if (!keep) put_dq(dqt, p0, nv, HD, a->dq, a->lddq, false);
             }
             const int64_t qrow = keep ? qb - qlo : 0; /* the q-block's first row in B.qr, B.dor */
             op_tile(B.pm, B.dor + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dv);
@@ -434,6 +421,6 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     }
     if (keep)
         for (int64_t p0 = qlo; p0 < T; p0 += PW)
-            unpack_dq(B.dqt + (p0 - qlo) / PW * HD * PW, p0, (int)(T - p0 < PW ? T - p0 : PW), HD, a->dq,
-                      a->lddq);
+            put_dq(B.dqt + (p0 - qlo) / PW * HD * PW, p0, (int)(T - p0 < PW ? T - p0 : PW), HD, a->dq, a->lddq,
+                   true);
 }
