@@ -122,10 +122,11 @@ typedef struct {
  * of 16 floats) and returns the floats used; base NULL: only counts. */
 static size_t bwd_layout(size_t np, size_t hd, size_t hdp, float *base, bwd_bufs *b) {
     const size_t kp = (size_t)BKT * PW, panels = np * hd * PW, rows = np * PW * hdp;
-    const size_t sizes[13] = {panels,   panels,   kp,   kp,   panels,   BNP * kp, BNP * kp,
-                              rows,     rows,     BKT * hdp,  BKT * hdp, BKT * hd, BKT * hd};
-    float **slot[13] = {&b->qt, &b->dot, &b->st, &b->dpt, &b->dqt, &b->pm, &b->ds,
-                        &b->qr, &b->dor, &b->dk, &b->dv,  &b->kp,  &b->vp};
+    /* the tile's buffers first, the call's (which grow with T) after them */
+    const size_t sizes[13] = {kp,       kp,       BNP * kp, BNP * kp, BKT * hdp, BKT * hdp, BKT * hd,
+                              BKT * hd, panels,   panels,   panels,   rows,      rows};
+    float **slot[13] = {&b->st, &b->dpt, &b->pm, &b->ds,  &b->dk, &b->dv, &b->kp,
+                        &b->vp, &b->qt,  &b->dot, &b->dqt, &b->qr, &b->dor};
     size_t off = 0;
     for (int i = 0; i < 13; i++) {
         if (base) *slot[i] = base + off;
