@@ -185,7 +185,8 @@ static void qk_panel(const float *k, int64_t ldk, const float *qt, int64_t HD, i
 }
 
 /* O^T[0:HD][0:PW] (op)= sum_{j < n} V[k0 + j][:] P^T[j][0:PW], op: pv_group's
- * mode (PV_ACC: the forward's O^T, PV_ADD: the backward's dQ^T). */
+ * mode (PV_ACC: the forward's O^T; the backward's dQ^T of a key tile,
+ * PV_ADD into the dQ^T kept across tiles, else PV_SET). */
 static void pv_panel(const float *v, int64_t ldv, const float *pt, int64_t n, int64_t HD,
                      float *ot, const int mode) {
     const split sp = split_of(HD, PV_MR);
@@ -371,7 +372,8 @@ VINL void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD,
     }
 }
 
-/* Q^T alone: qp[d][l] = scale * Q[p0 + l][d] (the forward's panel). */
+/* Q^T alone: qp[d][l] = scale * Q[p0 + l][d] (the forward's panel; with
+ * scale 1, the backward's dQ^T from the dQ rows). */
 static void pack_qt(const float *q, int64_t ldq, int64_t p0, int nv, int64_t HD, float scale, float *qp) {
     pack_panel(q, ldq, p0, nv, HD, scale, qp, NULL, 0);
 }
