@@ -263,6 +263,57 @@ static void check_simple_fd(void) {
 
 /* ---- the tape, errors, accumulation ------------------------------------- */
 
+/* Batches the backward cuts into slices whose last one is shorter: with
+ * fewer (batch, head) pairs it may cut its heads into more key chunks, so
+ * its workspace can exceed the first slice's (MultiHeadAttention(8 heads),
+ * B = 3, T = 600 once failed with "needs 991104 bytes of workspace, got
+ * 971904"). Each batch's dx against its rows' backward one element at a
+ * time. */
+static void check_short_last_slice(void) {
+    static const int64_t shapes[][3] = {{3, 600, 8}, {3, 600, 3}, {5, 300, 5}, {3, 520, 2}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t B = shapes[s][0], T = shapes[s][1], H = shapes[s][2], D = 2 * H, n = B * T * D;
+        const mha_config c = test_config(MHA_MULTI_HEAD_ATTENTION, D, D, T, 0.0, H, 0);
+        mha_module *m = NULL;
+        REQUIRE(mha_module_create_seeded(&c, 3, &m) == MHA_OK, "%s", mha_last_error());
+        float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+        float *dy = malloc((size_t)n * sizeof *dy), *dx = malloc((size_t)n * sizeof *dx);
+        float *dx1 = malloc((size_t)n * sizeof *dx1);
+        REQUIRE(x && y && dy && dx && dx1, "out of memory");
+        test_fill(x, (size_t)n, 21);
+        test_fill(dy, (size_t)n, 22);
+        mha_tape *tape = NULL;
+        REQUIRE(mha_tape_create(&tape) == MHA_OK, "tape");
+        const size_t ws_size = mha_module_backward_workspace_size(m, B, T);
+        void *ws = malloc(ws_size);
+        REQUIRE(ws_size > 0 && ws, "backward workspace of (%lld, %lld)", (long long)B, (long long)T);
+        REQUIRE(mha_module_forward_tape(m, y, x, B, T, NULL, tape, NULL, 0) == MHA_OK, "%s",
+                mha_last_error());
+        CHECK(mha_module_backward(m, tape, dx, x, dy, ws, ws_size) == MHA_OK,
+              "backward of (%lld, %lld) with %lld heads in its own workspace size: %s", (long long)B,
+              (long long)T, (long long)H, mha_last_error());
+        const int64_t row = T * D;
+        for (int64_t b = 0; b < B; b++) {
+            REQUIRE(mha_module_forward_tape(m, y, x + b * row, 1, T, NULL, tape, NULL, 0) == MHA_OK,
+                    "%s", mha_last_error());
+            REQUIRE(mha_module_backward(m, tape, dx1 + b * row, x + b * row, dy + b * row, NULL, 0) ==
+                        MHA_OK,
+                    "%s", mha_last_error());
+        }
+        double err = 0, scale = 0;
+        for (int64_t i = 0; i < n; i++) {
+            err = fmax(err, fabs((double)dx[i] - (double)dx1[i]));
+            scale = fmax(scale, fabs((double)dx1[i]));
+        }
+        CHECK(scale > 0 && err <= 1e-5 * scale, "(%lld, %lld, %lld heads): dx differs from one element at a time by %g of %g",
+              (long long)B, (long long)T, (long long)H, err, scale);
+        mha_tape_free(tape);
+        mha_module_free(m);
+        free(ws);
+        free(x), free(y), free(dy), free(dx), free(dx1);
+    }
+}
+
 static void check_api(void) {
     const mha_config c = test_config(MHA_MULTI_HEAD_ATTENTION, 8, 8, 16, 0.25, 2, 1);
     const int64_t B = 2, T = 9, n = B * T * 8;
@@ -459,6 +510,7 @@ int main(int argc, char **argv) {
      * second's Philox streams numbered from batch element 2 */
     if (!quick) check_fd(test_config(MHA_MULTI_HEAD_ATTENTION, 4, 4, 520, 0.3, 2, 1), 3, 520, 1);
     check_simple_fd();
+    check_short_last_slice();
     check_api();
     check_kernels_and_threads();
     return TEST_END("test_backward");

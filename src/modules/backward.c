@@ -153,6 +153,11 @@ static bool plan_backward(const mha_module *m, const mha__attention_desc *d, bwd
     L->nb = s.B = slice_batch(d->B, d->T);
     const size_t rows = (size_t)d->B * (size_t)d->T, srows = (size_t)s.B * (size_t)d->T;
     size_t dqkv, dctx = 0, attn = mha__attention_backward_workspace(&s);
+    if (d->B % L->nb) { /* the last slice is shorter: it may cut its heads into more chunks */
+        s.B = d->B % L->nb;
+        const size_t last = mha__attention_backward_workspace(&s);
+        attn = last == 0 ? 0 : last > attn ? last : attn;
+    }
     if (attn == 0 || !mha__mul_size(srows, (size_t)m->P * sizeof(float), &dqkv)) return false;
     if (m->cfg.kind == MHA_MULTI_HEAD_ATTENTION) {
         size_t delta, blocks;
