@@ -290,8 +290,14 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
 #define MHA_KCHUNK_ALIGN 64
 /* Enough (batch, head, chunk) tasks to keep a few threads busy: heads are
  * cut into key chunks until there are about this many tasks. A function of
- * the shape only. */
-#define MHA_BWD_MIN_TASKS 32
+ * the shape only, as the chunks fix the order of dQ's sums. A chunk is not
+ * free: it packs its rows' Q and dO again and leaves a partial dQ to add,
+ * which cost 5-14% of the backward at 12 heads (B = 1 or 2, T = 256 to
+ * 1024) when the count was 32. So a head is cut only below 12 (batch, head)
+ * pairs; docs/performance.md has the figures. */
+#ifndef MHA_BWD_MIN_TASKS
+#define MHA_BWD_MIN_TASKS 12
+#endif
 
 static int64_t bwd_chunks(const mha__attention_desc *d) {
     const int64_t bh = d->B * d->H, max_c = (d->T + MHA_KCHUNK_ALIGN - 1) / MHA_KCHUNK_ALIGN;
