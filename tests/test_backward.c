@@ -305,7 +305,8 @@ static void check_short_last_slice(void) {
             err = fmax(err, fabs((double)dx[i] - (double)dx1[i]));
             scale = fmax(scale, fabs((double)dx1[i]));
         }
-        CHECK(scale > 0 && err <= 1e-5 * scale, "(%lld, %lld, %lld heads): dx differs from one element at a time by %g of %g",
+        CHECK(scale > 0 && err <= 1e-5 * scale,
+              "(%lld, %lld, %lld heads): dx differs from one element at a time by %g of %g",
               (long long)B, (long long)T, (long long)H, err, scale);
         mha_tape_free(tape);
         mha_module_free(m);
