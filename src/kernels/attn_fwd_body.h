@@ -176,10 +176,16 @@ static void unpack_o(const float *op, const float *inv, int64_t p0, int nv, int6
         int64_t c = 0;
         for (; c + 8 <= HD; c += 8) {
             __m256 r[8];
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++)
                 r[i] = _mm256_mul_ps(_mm256_load_ps(op + (c + i) * PW + l0), iv);
             transpose8(r);
-            for (int l = 0; l < nl; l++) _mm256_storeu_ps(o + (p0 + l0 + l) * ldo + c, r[l]);
+            if (nl == 8) { /* unrolled, so that r stays in registers */
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; l++) _mm256_storeu_ps(o + (p0 + l0 + l) * ldo + c, r[l]);
+            } else {
+                for (int l = 0; l < nl; l++) _mm256_storeu_ps(o + (p0 + l0 + l) * ldo + c, r[l]);
+            }
         }
         for (; c < HD; c++)
             for (int l = 0; l < nl; l++)
@@ -399,20 +405,28 @@ void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
         for (int p = 0; p < np; p++) {
             const int64_t p0 = qb + p * PW;
             const int nv = (int)(qe - p0 < PW ? qe - p0 : PW);
+            /* m == -inf: every score of the row is -inf (each row has a
+             * key, so they overflowed): softmax is 0/0, NaN in PyTorch, and
+             * here: O^T holds zeros, times NaN. inv = ds / l eight lanes at
+             * a time (the same rounding as one at a time). */
             float inv[PW];
-            for (int l = 0; l < PW; l++) {
-                const float m = mrow[p * PW + l], s = lrow[p * PW + l];
-                /* m == -inf: every score of the row is -inf (each row has a
-                 * key, so they overflowed): softmax is 0/0, NaN in PyTorch,
-                 * and here: O^T holds zeros, times NaN. */
-                const bool ok = s > 0.0f && m > -INFINITY;
-                inv[l] = ok ? ds / s : NAN;
-                if (a->lse && l < nv) a->lse[p0 + l] = ok ? m + logf(s) : -INFINITY;
-                if (a->stats && l < nv) {
-                    a->stats[2 * (p0 + l)] = ok ? m : -INFINITY;
-                    a->stats[2 * (p0 + l) + 1] = ok ? logf(s) : 0.0f;
-                }
+            for (int l = 0; l < PW; l += 8) {
+                const __m256 m = _mm256_loadu_ps(mrow + p * PW + l), s = _mm256_loadu_ps(lrow + p * PW + l);
+                const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ),
+                                                _mm256_cmp_ps(m, _mm256_set1_ps(-INFINITY), _CMP_GT_OQ));
+                _mm256_storeu_ps(inv + l, _mm256_blendv_ps(_mm256_set1_ps(NAN),
+                                                           _mm256_div_ps(_mm256_set1_ps(ds), s), ok));
             }
+            if (a->lse || a->stats)
+                for (int l = 0; l < nv; l++) {
+                    const float m = mrow[p * PW + l], s = lrow[p * PW + l];
+                    const bool ok = s > 0.0f && m > -INFINITY;
+                    if (a->lse) a->lse[p0 + l] = ok ? m + logf(s) : -INFINITY;
+                    if (a->stats) {
+                        a->stats[2 * (p0 + l)] = ok ? m : -INFINITY;
+                        a->stats[2 * (p0 + l) + 1] = ok ? logf(s) : 0.0f;
+                    }
+                }
             unpack_o(ot + p * HD * PW, inv, p0, nv, HD, a->o, a->ldo);
         }
     }

@@ -348,16 +348,27 @@ VINL void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD,
         int64_t d = 0;
         for (; d + 8 <= HD; d += 8) {
             __m256 r[8];
-            for (int i = 0; i < 8; i++) {
-                if (l0 + i < nv) {
+            if (l0 + 8 <= nv) { /* unrolled, so that r stays in registers */
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
                     const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
                     if (xr) _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
                     r[i] = _mm256_mul_ps(row, sc);
-                } else {
-                    r[i] = _mm256_setzero_ps();
+                }
+            } else {
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
+                    if (l0 + i < nv) {
+                        const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
+                        if (xr) _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
+                        r[i] = _mm256_mul_ps(row, sc);
+                    } else {
+                        r[i] = _mm256_setzero_ps();
+                    }
                 }
             }
             transpose8(r);
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++) _mm256_store_ps(xt + (d + i) * PW + l0, r[i]);
         }
         for (; d < HD; d++)
