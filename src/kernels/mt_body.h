@@ -112,6 +112,7 @@ void MHA__KNAME(keep_bits_mt)(const uint32_t *w, size_t n, uint64_t threshold, u
         const uint32_t *p = w + 2 * i;
         uint64_t b = 0;
         int tie = 0;
+#pragma GCC unroll 8
         for (int j = 0; j < 64; j += VW) {
             const vi h = vi_and(mt_temper_v(vi_evens(mt_ld(p + 2 * j), mt_ld(p + 2 * j + VW))), m21);
             b |= (uint64_t)vm_bits(vi_lt(h, thv)) << j; /* both in [0, 2^21]: signed is fine */
