@@ -352,8 +352,8 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     const bool keep = qlo % PW == 0 && bwd_tile_end(kb, kb, ke) < ke;
     const bool pack_k = crowded(a->ldk, HD, BKB, ATTN_BWD_CROWD);
     const bool pack_v = crowded(a->ldv, HD, BKB, ATTN_BWD_CROWD);
-    const keep_src ks = {a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream,
-                         a->keep_threshold};
+    keep_src ks;
+    keep_src_init(&ks, a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream, a->keep_threshold);
     const float dsc = a->drop == MHA_DROP_NONE ? 1.0f : a->drop_scale;
 
     for (int64_t t0 = kb; t0 < ke;) {

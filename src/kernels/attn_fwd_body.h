@@ -346,8 +346,8 @@ void MHA__KNAME(attn_fwd)(const mha__attn_args *a, float *scratch) {
 
     const bool pack_k = crowded(a->ldk, HD, KB, ATTN_CROWD);
     const bool pack_v = crowded(a->ldv, HD, KB, ATTN_CROWD);
-    const keep_src ks = {a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream,
-                         a->keep_threshold};
+    keep_src ks;
+    keep_src_init(&ks, a->drop, a->keep, a->keep_ld, a->philox_seed, a->philox_stream, a->keep_threshold);
 
     for (int64_t qb = a->q_begin; qb < qe; qb += QB) {
         const int64_t nq = qe - qb < QB ? qe - qb : QB;
