@@ -165,18 +165,12 @@ static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, 
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(dqt + (c + i) * PW + l0);
             transpose8(r);
-            if (nl == 8) { /* unrolled, so that r stays in registers */
-#pragma GCC unroll 8
-                for (int l = 0; l < 8; l++) {
+#pragma GCC unroll 8 /* constant indices, so that r stays in registers */
+            for (int l = 0; l < 8; l++)
+                if (l < nl) {
                     float *d = dq + (p0 + l0 + l) * lddq + c;
                     _mm256_storeu_ps(d, set ? r[l] : _mm256_add_ps(_mm256_loadu_ps(d), r[l]));
                 }
-            } else {
-                for (int l = 0; l < nl; l++) {
-                    float *d = dq + (p0 + l0 + l) * lddq + c;
-                    _mm256_storeu_ps(d, set ? r[l] : _mm256_add_ps(_mm256_loadu_ps(d), r[l]));
-                }
-            }
         }
         for (; c < HD; c++)
             for (int l = 0; l < nl; l++) {

@@ -180,12 +180,9 @@ static void unpack_o(const float *op, const float *inv, int64_t p0, int nv, int6
             for (int i = 0; i < 8; i++)
                 r[i] = _mm256_mul_ps(_mm256_load_ps(op + (c + i) * PW + l0), iv);
             transpose8(r);
-            if (nl == 8) { /* unrolled, so that r stays in registers */
-#pragma GCC unroll 8
-                for (int l = 0; l < 8; l++) _mm256_storeu_ps(o + (p0 + l0 + l) * ldo + c, r[l]);
-            } else {
-                for (int l = 0; l < nl; l++) _mm256_storeu_ps(o + (p0 + l0 + l) * ldo + c, r[l]);
-            }
+#pragma GCC unroll 8 /* constant indices, so that r stays in registers */
+            for (int l = 0; l < 8; l++)
+                if (l < nl) _mm256_storeu_ps(o + (p0 + l0 + l) * ldo + c, r[l]);
         }
         for (; c < HD; c++)
             for (int l = 0; l < nl; l++)

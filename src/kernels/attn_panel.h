@@ -204,23 +204,6 @@ static void pv_panel(const float *v, int64_t ldv, const float *pt, int64_t n, in
 
 /* ---- dropout masks --------------------------------------------------------- */
 
-/* Philox4x32-10 (mha__philox4x32_10, bit for bit) of the counters {j4,
- * row, stream lo, stream hi} under key = seed, for the VW rows of rv (one
- * per lane): w[0..3] its four words. Only the row differs between lanes,
- * so the products that do not depend on it (both of round 0, one of
- * rounds 1 and 2) are scalars. A lane's 32 x 32 -> 64-bit product is one
- * vu_mul_pairs, which multiplies the even lanes: the even rows ride in the
- * even lanes of one vector, the odd rows in those of another (the odd
- * lanes carry bits no product reads; the high half of a product is its
- * lane's hi_down), joined at the end: 108 vector ops per VW rows on
- * AVX-512 (vi_xor3 one vpternlogd) against 180 when each product made both
- * halves for one vector of counters (two vpmuludq, three shifts, two
- * blends). The attention layer's forward at (8, 1024) with Philox's mask
- * over the eval one, 2-core Zen 5, 5 alternated runs of the two builds:
- * 10.8-14.4 ms (median 12.9) -> 8.5-14.0 (median 9.7). The rounds' keys
- * broadcast once per kernel call (philox_keys) instead of twice a round,
- * and the two halves' chains side by side, rounds unrolled: 9.5-9.9 ->
- * 6.7-6.8 ms (3 alternated runs, the attention layer alone). */
 /* The key schedule of one seed: its words for the scalar rounds 0-2, and
  * each round's keys broadcast for the vector rounds 3-9 (the same for
  * every call under that seed, so a kernel call makes them once). */
@@ -238,6 +221,23 @@ VINL void philox_keys_of(uint64_t seed, philox_keys *pk) {
     }
 }
 
+/* Philox4x32-10 (mha__philox4x32_10, bit for bit) of the counters {j4,
+ * row, stream lo, stream hi} under key = seed, for the VW rows of rv (one
+ * per lane): w[0..3] its four words. Only the row differs between lanes,
+ * so the products that do not depend on it (both of round 0, one of
+ * rounds 1 and 2) are scalars. A lane's 32 x 32 -> 64-bit product is one
+ * vu_mul_pairs, which multiplies the even lanes: the even rows ride in the
+ * even lanes of one vector, the odd rows in those of another (the odd
+ * lanes carry bits no product reads; the high half of a product is its
+ * lane's hi_down), joined at the end: 108 vector ops per VW rows on
+ * AVX-512 (vi_xor3 one vpternlogd) against 180 when each product made both
+ * halves for one vector of counters (two vpmuludq, three shifts, two
+ * blends). The attention layer's forward at (8, 1024) with Philox's mask
+ * over the eval one, 2-core Zen 5, 5 alternated runs of the two builds:
+ * 10.8-14.4 ms (median 12.9) -> 8.5-14.0 (median 9.7). The rounds' keys
+ * broadcast once per kernel call (philox_keys) instead of twice a round,
+ * and the two halves' chains side by side, rounds unrolled: 9.5-9.9 ->
+ * 6.7-6.8 ms (3 alternated runs, the attention layer alone). */
 VINL void philox_rows(vi rv, uint32_t j4, uint64_t stream, const philox_keys *pk, vi w[4]) {
     uint32_t k0 = pk->s0, k1 = pk->s1;
     /* round 0: c0 = row ^ a0, the other three words constants */
@@ -386,23 +386,14 @@ VINL void pack_panel(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD,
         int64_t d = 0;
         for (; d + 8 <= HD; d += 8) {
             __m256 r[8];
-            if (l0 + 8 <= nv) { /* unrolled, so that r stays in registers */
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) {
+#pragma GCC unroll 8 /* constant indices, so that r stays in registers */
+            for (int i = 0; i < 8; i++) {
+                if (l0 + i < nv) {
                     const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
                     if (xr) _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
                     r[i] = _mm256_mul_ps(row, sc);
-                }
-            } else {
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) {
-                    if (l0 + i < nv) {
-                        const __m256 row = _mm256_loadu_ps(x + (p0 + l0 + i) * ld + d);
-                        if (xr) _mm256_storeu_ps(xr + (l0 + i) * HDP + d, row);
-                        r[i] = _mm256_mul_ps(row, sc);
-                    } else {
-                        r[i] = _mm256_setzero_ps();
-                    }
+                } else {
+                    r[i] = _mm256_setzero_ps();
                 }
             }
             transpose8(r);
