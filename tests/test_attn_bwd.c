@@ -14,7 +14,8 @@
  *     key tiles), HD = 1, 3, 5, 8, 16, 17, 64, 80, causal and not, dropout
  *     NONE / BITMASK / PHILOX, key ranges [k_begin, k_end) anywhere (whole,
  *     aligned, odd, across tiles, one key), dQ accumulated onto zero or onto
- *     random values; the row statistics (m, log l) from the forward
+ *     random values, or written (dq_set, onto NaN rows: the bits of the run
+ *     from zero, rows outside untouched); the row statistics (m, log l) from the forward
  *     reference, delta = rowsum(dO * O). Tolerance: dQ (its increment), dK
  *     and dV within TOL * max|gradient| (all three). Also: dK and dV rows
  *     outside the key range, dQ rows before k_begin (causal) and the
@@ -268,6 +269,36 @@ static int bits_differ(const grads *x, const grads *y, int64_t T, int64_t HD) {
     return n;
 }
 
+/* dq_set: fn on keys [kb, ke) of h with dQ's rows full of NaN gives the
+ * bits of its run from zero (from0) in the rows it writes, and leaves the
+ * others as they were (NaN: a row read would show). */
+static void check_dq_set(void (*fn)(const mha__attn_bwd_args *, float *), size_t (*sfn)(int64_t, int64_t),
+                         const char *name, const head *h, int64_t kb, int64_t ke, const grads *from0,
+                         const char *what) {
+    const int64_t T = h->T, HD = h->HD;
+    grads g;
+    grads_alloc(&g, T, HD);
+    float *nan0 = malloc(sizeof(float) * (size_t)(T * g.ldg));
+    for (int64_t i = 0; i < T * g.ldg; i++) nan0[i] = NAN;
+    grads_init(&g, T, nan0);
+    mha__attn_bwd_args a = bwd_args(h, &g, kb, ke);
+    a.dq_set = true;
+    run(fn, sfn, &a);
+    const int64_t q0 = h->causal ? kb : 0; /* the dq rows written */
+    int nd = 0;
+    for (int64_t i = 0; i < T; i++) {
+        const size_t o = (size_t)(i * g.ldg), n = sizeof(float) * (size_t)HD;
+        nd += i >= q0 && memcmp(g.dq + o, from0->dq + o, n) != 0;
+        nd += memcmp(g.dk + o, from0->dk + o, n) != 0;
+        nd += memcmp(g.dv + o, from0->dv + o, n) != 0;
+    }
+    CHECK(nd == 0, "%s dq_set: %s: %d rows not the bits of the run from zero", name, what, nd);
+    const int ow = outside_written(&g, nan0, T, HD, q0, kb, ke);
+    CHECK(ow == 0, "%s dq_set: %s: %d values outside the ranges written", name, what, ow);
+    free(nan0);
+    grads_free(&g);
+}
+
 /* ---- 1, 2. against the reference ------------------------------------------ */
 
 /* Every kernel on keys [kb, ke) of head h, against the reference; dq
@@ -318,7 +349,9 @@ static void check_head(const head *h, int64_t kb, int64_t ke, bool dq_random, co
             CHECK(nd == 0, "%s vs %s: %s: %d rows not bit-identical", f->name,
                   kern[f->twin].name, what, nd);
         }
+        if (!dq_random) check_dq_set(f->fn, f->scratch, f->name, h, kb, ke, g, what);
     }
+    if (!dq_random) check_dq_set(mha__attn_bwd_ref, mha__attn_bwd_scratch_ref, "ref", h, kb, ke, &ref, what);
     for (int k = 0; k < n_kern; k++) grads_free(&out[k]);
     grads_free(&ref);
     free(dq0);

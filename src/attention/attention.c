@@ -345,7 +345,7 @@ static bool bwd_plan(const mha__attention_desc *d, bwd_layout *L) {
     L->per = mha__align64(bwd_scratch_floats(d) * sizeof(float));
     if (!mha__mul_size(L->per, (size_t)mha__max_threads(), &all)) return false;
     if (!mha__mul_size(B * H, T, &bht) || !mha__mul_size(bht, sizeof(float), &L->delta)) return false;
-    /* dQ of chunks 1.. (chunk 0 adds into dqkv directly) */
+    /* dQ of chunks 1.. (chunk 0 writes into dqkv directly) */
     if (!mha__mul_size(bht, HD, &part) || !mha__mul_size(part, chunks - 1, &part) ||
         !mha__mul_size(part, sizeof(float), &part))
         return false;
@@ -394,24 +394,19 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     const int64_t nc = bwd_chunks(d), keep_ld = (T + 63) / 64;
     const mha__kernels *k = kernels_of(d);
 
-    /* delta = rowsum(dO * O) per head (unless given); dQ of chunk 0 starts
-     * at zero. */
+    /* delta = rowsum(dO * O) per head, unless given */
+    if (!d->delta) {
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
 #endif
-    for (int64_t bh = 0; bh < BH; bh++) {
-        const int64_t b = bh / H, h = bh % H;
-        for (int64_t t = 0; t < T; t++) {
-            if (!d->delta) {
+        for (int64_t bh = 0; bh < BH; bh++) {
+            const int64_t b = bh / H, h = bh % H;
+            for (int64_t t = 0; t < T; t++) {
                 const float *o = d->o + (b * T + t) * d->ldo + h * HD;
                 const float *go = dout + (b * T + t) * ld_dout + h * HD;
                 delta_ws[bh * T + t] = mha__dot_f64(go, o, HD);
             }
-            memset(dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base, 0,
-                   (size_t)HD * sizeof(float));
         }
-        for (int64_t c = 1; c < nc; c++)
-            memset(partial + ((c - 1) * BH + bh) * T * HD, 0, (size_t)(T * HD) * sizeof(float));
     }
 
     const int64_t ntasks = BH * nc;
@@ -440,6 +435,7 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
             a.dq = partial + ((c - 1) * BH + bh) * T * HD;
             a.lddq = HD;
         }
+        a.dq_set = true; /* each chunk's dQ from zero, not read */
         a.dk = dqkv + off + d->k_base;
         a.dv = dqkv + off + d->v_base;
         a.lddk = a.lddv = d->ld_qkv;
@@ -462,17 +458,30 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         k->attn_bwd(&a, (float *)(void *)(base + L.scratch + L.per * (size_t)tid));
     }
 
-    /* dQ += the other chunks' dQ, in chunk order. */
+    /* dQ = chunk 0's rows (written in place) + the other chunks' rows, in
+     * chunk order. A chunk writes only the rows that see its keys (causal:
+     * from its first key on; none if it has no key), and a row no chunk
+     * wrote is zero. The bits are those of summing every chunk's rows from
+     * zero, the unwritten ones as zeros: adding +0.0 to a sum that starts
+     * at +0.0 changes no bit (such a sum is never -0.0). One chunk, keys
+     * [0, T), writes every row. */
     if (nc > 1) {
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
 #endif
         for (int64_t bh = 0; bh < BH; bh++) {
             const int64_t b = bh / H, h = bh % H;
-            for (int64_t t = 0; t < T; t++) {
-                float *dq = dqkv + (b * T + t) * d->ld_qkv + h * d->head_stride + d->q_base;
-                for (int64_t c = 1; c < nc; c++)
-                    add_row(dq, partial + ((c - 1) * BH + bh) * T * HD + t * HD, HD);
+            float *dq = dqkv + b * T * d->ld_qkv + h * d->head_stride + d->q_base;
+            for (int64_t c = 0; c < nc; c++) {
+                int64_t k0, k1;
+                chunk_keys(d, c, nc, &k0, &k1);
+                const int64_t lo = k0 >= k1 ? T : d->causal ? k0 : 0; /* its first row */
+                if (c == 0) {
+                    for (int64_t t = 0; t < lo; t++) memset(dq + t * d->ld_qkv, 0, (size_t)HD * sizeof(float));
+                    continue;
+                }
+                const float *part = partial + ((c - 1) * BH + bh) * T * HD;
+                for (int64_t t = lo; t < T; t++) add_row(dq + t * d->ld_qkv, part + t * HD, HD);
             }
         }
     }

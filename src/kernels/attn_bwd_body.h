@@ -154,9 +154,14 @@ static void pack_rows(const float *x, int64_t ld, int64_t p0, int nv, int64_t HD
     pack_panel(x, ld, p0, nv, HD, scale, xt, xr, HDP);
 }
 
-/* dq[p0 + l][c] += dqt[c][l] for the panel's rows l < nv (a tile's dQ^T),
- * or with set, dq[p0 + l][c] = dqt[c][l] (the dQ^T kept across tiles). */
-static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq, bool set) {
+/* How put_dq writes a panel's dQ^T into the rows: DQ_ADD dq[p0 + l][c] +=
+ * dqt[c][l] (a tile's sum), DQ_SET dq[p0 + l][c] = dqt[c][l] (the dQ^T kept
+ * across tiles), DQ_ZERO dq[p0 + l][c] = +0.0 + dqt[c][l] (DQ_ADD's bits on
+ * rows of zeros, the rows not read). */
+enum { DQ_ADD, DQ_SET, DQ_ZERO };
+
+/* The panel's rows l < nv of dQ from dqt, as mode says. */
+static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, int64_t lddq, int mode) {
     for (int l0 = 0; l0 < nv; l0 += 8) {
         const int nl = nv - l0 < 8 ? nv - l0 : 8;
         int64_t c = 0;
@@ -169,13 +174,15 @@ static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, 
             for (int l = 0; l < 8; l++)
                 if (l < nl) {
                     float *d = dq + (p0 + l0 + l) * lddq + c;
-                    _mm256_storeu_ps(d, set ? r[l] : _mm256_add_ps(_mm256_loadu_ps(d), r[l]));
+                    const __m256 base = mode == DQ_ADD ? _mm256_loadu_ps(d) : _mm256_setzero_ps();
+                    _mm256_storeu_ps(d, mode == DQ_SET ? r[l] : _mm256_add_ps(base, r[l]));
                 }
         }
         for (; c < HD; c++)
             for (int l = 0; l < nl; l++) {
                 float *d = dq + (p0 + l0 + l) * lddq + c;
-                *d = set ? dqt[c * PW + l0 + l] : *d + dqt[c * PW + l0 + l];
+                const float x = dqt[c * PW + l0 + l];
+                *d = mode == DQ_SET ? x : (mode == DQ_ADD ? *d : 0.0f) + x;
             }
     }
 }
@@ -310,11 +317,11 @@ static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq
  * a packed qkv buffer are kilobytes apart (a page each), out of reach of
  * the hardware prefetchers, and each key tile reads them all again. Issued
  * one panel ahead, they arrive while the current panel computes. */
-static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD) {
+static void prefetch_panel(const mha__attn_bwd_args *a, int64_t r, int64_t HD, bool dq) {
     const int64_t e = r + PW < a->T ? r + PW : a->T;
     prefetch_rows(a->q, a->ldq, r, e, HD);
     prefetch_rows(a->dout, a->lddo, r, e, HD);
-    prefetch_rows(a->dq, a->lddq, r, e, HD);
+    if (dq) prefetch_rows(a->dq, a->lddq, r, e, HD);
 }
 
 /* The end of the key tile that starts at t0 in the range [kb, ke): the
@@ -344,6 +351,10 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
      * the rows first). */
     const int64_t qlo = a->causal ? kb : 0;
     const bool keep = qlo % PW == 0 && bwd_tile_end(kb, kb, ke) < ke;
+    /* whether the panels read dQ's rows: to start dQ^T from them (keep),
+     * or to add a tile's sum to them (one add per tile; with dq_set the
+     * first tile's is to +0.0, done in registers) */
+    const bool read_dq = !a->dq_set || !keep;
     const bool pack_k = crowded(a->ldk, HD, BKB, ATTN_BWD_CROWD);
     const bool pack_v = crowded(a->ldv, HD, BKB, ATTN_BWD_CROWD);
     keep_src ks;
@@ -367,7 +378,7 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
             ldvt = HD;
         }
         const bool pack = !keep || t0 == kb;
-        if (t0 == kb) prefetch_panel(a, qlo, HD);
+        if (t0 == kb) prefetch_panel(a, qlo, HD, read_dq);
         memset(B.dk, 0, (size_t)(kn * HDP) * sizeof(float));
         memset(B.dv, 0, (size_t)(kn * HDP) * sizeof(float));
 
@@ -379,9 +390,9 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                 const int nv = (int)(T - p0 < PW ? T - p0 : PW);
                 /* the next panel's rows (after the last: the next tile's first) */
                 if (pack && p0 + PW < T)
-                    prefetch_panel(a, p0 + PW, HD);
+                    prefetch_panel(a, p0 + PW, HD, read_dq);
                 else if (!keep && t1 < ke)
-                    prefetch_panel(a, a->causal ? t1 : 0, HD);
+                    prefetch_panel(a, a->causal ? t1 : 0, HD, read_dq);
                 const int64_t plast = p0 + nv - 1;
                 int64_t n = kn;
                 if (a->causal && plast + 1 - t0 < n) n = plast + 1 - t0;
@@ -398,8 +409,12 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                 if (pack) {
                     pack_rows(a->q, a->ldq, p0, nv, HD, HDP, a->scale, qt, B.qr + row * HDP);
                     pack_rows(a->dout, a->lddo, p0, nv, HD, HDP, 1.0f, dot, B.dor + row * HDP);
-                    /* dQ^T starts at the rows' values (x 1 is exact) */
-                    if (keep) pack_qt(a->dq, a->lddq, p0, nv, HD, 1.0f, dqt);
+                    /* dQ^T starts at the rows' values (x 1 is exact), or
+                     * at zero (dq_set) */
+                    if (keep && a->dq_set)
+                        memset(dqt, 0, (size_t)(HD * PW) * sizeof(float));
+                    else if (keep)
+                        pack_qt(a->dq, a->lddq, p0, nv, HD, 1.0f, dqt);
                 }
                 vf tm[NV]; /* the panel max qk_panel takes along: unused here */
                 for (int v = 0; v < NV; v++) tm[v] = vf_zero();
@@ -408,9 +423,9 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                 grad_panel(&ks, B.st, B.dpt, n, kn, t0, p0, plast, mx, logl, delta, dsc, a->scale,
                            pm, ds);
                 /* the tile's sum from zero, added to dQ^T or to the rows: the
-                 * same adds in the same order */
+                 * same adds in the same order (dq_set's first tile: to +0.0) */
                 pv_panel(kt, ldkt, ds, n, HD, dqt, keep ? PV_ADD : PV_SET);
-                if (!keep) put_dq(dqt, p0, nv, HD, a->dq, a->lddq, false);
+                if (!keep) put_dq(dqt, p0, nv, HD, a->dq, a->lddq, a->dq_set && t0 == kb ? DQ_ZERO : DQ_ADD);
             }
             const int64_t qrow = keep ? qb - qlo : 0; /* the q-block's first row in B.qr, B.dor */
             op_tile(B.pm, B.dor + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dv);
@@ -426,5 +441,5 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
     if (keep)
         for (int64_t p0 = qlo; p0 < T; p0 += PW)
             put_dq(B.dqt + (p0 - qlo) / PW * HD * PW, p0, (int)(T - p0 < PW ? T - p0 : PW), HD, a->dq, a->lddq,
-                   true);
+                   DQ_SET);
 }

@@ -124,7 +124,8 @@ void mha__attn_bwd_ref(const mha__attn_bwd_args *a, float *scratch) {
         }
         float *dqi = a->dq + i * a->lddq;
         if (j_end > k0)
-            for (int64_t d = 0; d < HD; d++) dqi[d] += (float)(dq[d] * (double)a->scale);
+            for (int64_t d = 0; d < HD; d++)
+                dqi[d] = (a->dq_set ? 0.0f : dqi[d]) + (float)(dq[d] * (double)a->scale);
     }
     for (int64_t j = 0; j < nk; j++) {
         float *dkj = a->dk + (k0 + j) * a->lddk, *dvj = a->dv + (k0 + j) * a->lddv;

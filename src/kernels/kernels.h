@@ -110,7 +110,8 @@ typedef struct {
  *   dV[j]  = sum_i P[i][j] m_ij dO[i]                       (written)
  *   dS[i][j] = P[i][j] (m_ij dO[i].V[j] - delta[i])
  *   dK[j]  = scale * sum_i dS[i][j] q_i                    (written)
- *   dQ[i] += scale * sum_{j in [k_begin, k_end)} dS[i][j] k_j  (accumulated)
+ *   dQ[i] += scale * sum_{j in [k_begin, k_end)} dS[i][j] k_j  (accumulated;
+ *            dq_set: written, as if dQ[i] held +0.0: the same bits, dQ not read)
  * for every key j in [k_begin, k_end) and every row i in [0, T) (causal:
  * the rows i >= k_begin; dQ rows that see none of the keys are untouched).
  * delta[i] = sum_d dO[i][d] O[i][d] is the caller's (the attention layer
@@ -132,8 +133,9 @@ typedef struct {
     int64_t lddo;
     const float *stats;       /* [in] (T, 2) the forward's (m, log l) */
     const float *delta;       /* [in] (T) */
-    float *dq;                /* [acc] (T, HD), stride lddq */
+    float *dq;                /* [acc] (T, HD), stride lddq; [out] with dq_set */
     int64_t lddq;
+    bool dq_set;              /* write dQ's rows instead of adding to them */
     float *dk, *dv;           /* [out] rows [k_begin, k_end), strides lddk, lddv */
     int64_t lddk, lddv;
     int64_t T, HD;
