@@ -93,7 +93,7 @@
 #define MHA_ATTN_AVX512_CROWD 64 /* lines of a K/V tile per cache set that trigger a copy */
 #endif
 #ifndef MHA_ATTN_AVX512_BWD_CROWD
-#define MHA_ATTN_AVX512_BWD_CROWD 16 /* the same, the backward's key tiles */
+#define MHA_ATTN_AVX512_BWD_CROWD 64 /* the same, the backward's key tiles */
 #endif
 /* In vectors of the layer: the panel stays 16 * NV queries on a narrower
  * layer (tests/attn_avx2w32.c runs these tiles on simd_avx2.h). */
