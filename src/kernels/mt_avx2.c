@@ -11,6 +11,7 @@
 #include "simd_avx2.h"
 
 #define MHA_KSFX avx2
+#define MT_TWIST_LOADS 1 /* vi_alignr is two ops here, one a cross-lane permute */
 #include "mt_body.h"
 
 /* out[i] = in[i] * (keep_i ? scale : 0.0f). The noise vector is scale

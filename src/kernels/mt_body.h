@@ -5,7 +5,9 @@
  * the oracle is mt_ref.c. Integer operations only, so every layer gives the
  * scalar bits.
  *
- * The including file defines MHA_KSFX and includes a layer (simd_*.h). */
+ * The including file defines MHA_KSFX (and MT_TWIST_LOADS 1 where its
+ * layer's vi_alignr is dear: the twist then loads instead) and includes a
+ * layer (simd_*.h). */
 #if !defined(VW) || !defined(MHA_KSFX)
 #error "include a SIMD layer and define MHA_KSFX before mt_body.h"
 #endif
@@ -49,17 +51,49 @@ VINL void mt_st(uint32_t *p, vi x) { vi_storeu((int32_t *)(void *)p, x); }
  * high one carried to the next step), so no load straddles two stores or
  * two cache lines: a twist of a 64-byte aligned state on a 2-core Zen 5
  * took 32 ns against 48-55 as 16-word steps at k (loads at k + 1 and k +
- * 397, stores at 227 + 16j, and 4 words one at a time). With DST each new
- * word is also tempered into dst[k] (a word is written once per twist, so
- * that is its final value). */
+ * 397, stores at 227 + 16j, and 4 words one at a time), and 40 ns as
+ * MT_TWIST_LOADS's loads below. With DST each new word is also tempered
+ * into dst[k] (a word is written once per twist, so that is its final
+ * value). */
 enum { MT_NV = MT_N / VW, MT_QM = MT_M / VW, MT_RM = MT_M % VW };
 _Static_assert(MT_N % VW == 0, "the state is whole vectors");
+
+/* Vector i of the new state from S[i] (cur), the words k + 1 .. (a) and
+ * the words k + 397 .. (b), mod 624; with DST also tempered into dst. */
+VINL void mt_twist_put(uint32_t *st, uint32_t *dst, int i, vi cur, vi a, vi b) {
+    const vi x = vi_xor(b, mt_mix_v(cur, a));
+    mt_st(st + i * VW, x);
+    if (dst) mt_st(dst + i * VW, mt_temper_v(x));
+}
+
+#if defined(MT_TWIST_LOADS) && MT_TWIST_LOADS
+/* Where the layer's lane shift across two vectors is dear (AVX2's
+ * vi_alignr: a cross-lane permute and a byte shift), a and b are loaded
+ * where they lie, unaligned, and only the two vectors whose words wrap
+ * past 623 are shifted: b of the vector holding k = 227 (its first RM'
+ * lanes the old st[621 ..], the rest the new st[0 ..]) and a of the last
+ * (the new st[0]). The stores stay whole vectors at their places, so each
+ * load finds old words where the rule reads old ones and new where it
+ * reads new, as above. A twist on a 2-core Zen 5 with AVX2: 81-83 ns with
+ * the shifts, 63 ns so. */
+VINL void mt_twist_into(uint32_t *st, uint32_t *dst) {
+    int i = 0;
+#pragma GCC unroll 40
+    for (; i + MT_QM + 1 < MT_NV; i++)
+        mt_twist_put(st, dst, i, mt_ld(st + i * VW), mt_ld(st + i * VW + 1), mt_ld(st + i * VW + MT_M));
+    mt_twist_put(st, dst, i, mt_ld(st + i * VW), mt_ld(st + i * VW + 1),
+                 vi_alignr(mt_ld(st), mt_ld(st + (MT_NV - 1) * VW), MT_RM));
+#pragma GCC unroll 60
+    for (i++; i + 1 < MT_NV; i++)
+        mt_twist_put(st, dst, i, mt_ld(st + i * VW), mt_ld(st + i * VW + 1), mt_ld(st + i * VW + MT_M - MT_N));
+    const vi cur = mt_ld(st + i * VW);
+    mt_twist_put(st, dst, i, cur, vi_alignr(mt_ld(st), cur, 1), mt_ld(st + i * VW + MT_M - MT_N));
+}
+#else
 /* Vector i from cur = S[i], nxt = the next one, lo and hi the pair RM
  * splits (lo carried from the previous step as its hi). */
 VINL void mt_twist_step(uint32_t *st, uint32_t *dst, int i, vi *cur, vi nxt, vi *lo, vi hi) {
-    const vi x = vi_xor(vi_alignr(hi, *lo, MT_RM), mt_mix_v(*cur, vi_alignr(nxt, *cur, 1)));
-    mt_st(st + i * VW, x);
-    if (dst) mt_st(dst + i * VW, mt_temper_v(x));
+    mt_twist_put(st, dst, i, *cur, vi_alignr(nxt, *cur, 1), vi_alignr(hi, *lo, MT_RM));
     *cur = nxt;
     *lo = hi;
 }
@@ -78,6 +112,7 @@ VINL void mt_twist_into(uint32_t *st, uint32_t *dst) {
         mt_twist_step(st, dst, i, &cur, mt_ld(st + (i + 1) * VW), &lo, mt_ld(st + (i + MT_QM + 1 - MT_NV) * VW));
     mt_twist_step(st, dst, i, &cur, mt_ld(st), &lo, mt_ld(st + MT_QM * VW));
 }
+#endif
 
 void MHA__KNAME(mt_twist)(uint32_t *st) { mt_twist_into(st, NULL); }
 
