@@ -244,12 +244,13 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
 
 /* ---- dK, dV: lanes along the head dims ------------------------------------------ */
 
-/* acc[m][VW*u ..] += sum_{l0 <= l < l1} a(m, l) * rows[l][VW*u ..] for mr keys
- * and nvd vectors of dims, where a(m, l) = a[(l / PW) * KT*PW + m*PW + l % PW]
- * (PM^T or dS^T of the q-block, panel by panel; a points at the group's
- * first key), rows: (QB, ldr) at the group's first dim, acc: (mr, lda). */
+/* out[m][VW*u ..] = acc[m][VW*u ..] + sum_{l0 <= l < l1} a(m, l) * rows[l][VW*u ..]
+ * for mr keys and nvd vectors of dims, where a(m, l) = a[(l / PW) * KT*PW +
+ * m*PW + l % PW] (PM^T or dS^T of the q-block, panel by panel; a points at
+ * the group's first key), rows: (QB, ldr) at the group's first dim, acc:
+ * (mr, lda), out: (mr, ldo) (acc itself, or the gradient's rows). */
 VINL void op_group(const int mr, const int nvd, const float *a, const float *rows, int64_t ldr,
-                   int64_t l0, int64_t l1, float *acc, int64_t lda) {
+                   int64_t l0, int64_t l1, const float *acc, int64_t lda, float *out, int64_t ldo) {
     vf c[OP_MR][OP_NV];
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++)
@@ -273,14 +274,16 @@ VINL void op_group(const int mr, const int nvd, const float *a, const float *row
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++)
 #pragma GCC unroll 4
-        for (int u = 0; u < nvd; u++) vf_store(acc + m * lda + VW * u, c[m][u]);
+        for (int u = 0; u < nvd; u++) vf_storeu(out + m * ldo + VW * u, c[m][u]);
 }
 
 /* acc (kn, HDP) += buf^T rows over the q-block's rows [0, nq) (buf: PM^T or
  * dS^T, NP x (KT, PW); rows: (QB, HDP)). Causal: a key group skips the rows
- * before its first key (their weights are exact zeros). */
+ * before its first key (their weights are exact zeros). With out, the sums
+ * go to out (kn, HDP columns, stride ldo) instead of acc: the tile's last
+ * q-block, which no key group skips, writes the gradient's rows itself. */
 static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq, int64_t kn,
-                    bool causal, int64_t t0, int64_t qb, float *acc) {
+                    bool causal, int64_t t0, int64_t qb, float *acc, float *out, int64_t ldo) {
     const split sp = split_of(kn, OP_MR);
     const int64_t nvec = HDP / VW;
     int64_t j = 0;
@@ -292,15 +295,17 @@ static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq
                 const int nvd = (int)(nvec - u0 < OP_NV ? nvec - u0 : OP_NV);
                 const float *a = buf + j * PW, *r = rows + VW * u0;
                 float *cc = acc + j * HDP + VW * u0;
+                float *oo = out ? out + j * ldo + VW * u0 : cc;
+                const int64_t ld = out ? ldo : HDP;
 /* a switch over nvd (1 .. OP_NV, compile-time in each case) */
 #define OP_NV_CASE(M, N)                                                                        \
     case N:                                                                                     \
-        if ((N) <= OP_NV) op_group(M, N, a, r, HDP, l0, nq, cc, HDP);                            \
+        if ((N) <= OP_NV) op_group(M, N, a, r, HDP, l0, nq, cc, HDP, oo, ld);                    \
         break;
 #define OP_CALL(M)                                                                              \
     switch (nvd) {                                                                              \
         OP_NV_CASE(M, 4) OP_NV_CASE(M, 3) OP_NV_CASE(M, 2)                                      \
-    default: op_group(M, 1, a, r, HDP, l0, nq, cc, HDP); break;                                 \
+    default: op_group(M, 1, a, r, HDP, l0, nq, cc, HDP, oo, ld); break;                         \
     }
                 MR_SWITCH(mr, OP_MR, OP_CALL)
 #undef OP_CALL
@@ -428,14 +433,19 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                 if (!keep) put_dq(dqt, p0, nv, HD, a->dq, a->lddq, a->dq_set && t0 == kb ? DQ_ZERO : DQ_ADD);
             }
             const int64_t qrow = keep ? qb - qlo : 0; /* the q-block's first row in B.qr, B.dor */
-            op_tile(B.pm, B.dor + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dv);
-            op_tile(B.ds, B.qr + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dk);
+            /* the last q-block writes dK and dV's rows (whole vectors: HD = HDP) */
+            const bool last = qb + nq == T && HD == HDP;
+            op_tile(B.pm, B.dor + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dv,
+                    last ? a->dv + t0 * a->lddv : NULL, a->lddv);
+            op_tile(B.ds, B.qr + qrow * HDP, HDP, nq, kn, a->causal, t0, qb, B.dk,
+                    last ? a->dk + t0 * a->lddk : NULL, a->lddk);
         }
 
-        for (int64_t j = 0; j < kn; j++) {
-            memcpy(a->dk + (t0 + j) * a->lddk, B.dk + j * HDP, (size_t)HD * sizeof(float));
-            memcpy(a->dv + (t0 + j) * a->lddv, B.dv + j * HDP, (size_t)HD * sizeof(float));
-        }
+        if (HD != HDP)
+            for (int64_t j = 0; j < kn; j++) {
+                memcpy(a->dk + (t0 + j) * a->lddk, B.dk + j * HDP, (size_t)HD * sizeof(float));
+                memcpy(a->dv + (t0 + j) * a->lddv, B.dv + j * HDP, (size_t)HD * sizeof(float));
+            }
         t0 = t1;
     }
     if (keep)
