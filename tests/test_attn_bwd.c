@@ -215,11 +215,13 @@ static mha__attn_bwd_args bwd_args(const head *h, const grads *g, int64_t kb, in
 }
 
 /* Runs fn in exactly its scratch, for the fast kernels deliberately
- * misaligned by one float (the reference keeps doubles there: aligned). */
+ * misaligned by one float (the reference keeps doubles there: aligned),
+ * and full of NaN: a kernel that reads scratch it has not written shows. */
 static void run(void (*fn)(const mha__attn_bwd_args *, float *), size_t (*sfn)(int64_t, int64_t),
                 const mha__attn_bwd_args *a) {
     const size_t sn = sfn(a->T, a->HD);
     float *sb = malloc(sizeof(float) * (sn + 1));
+    memset(sb, 0xff, sizeof(float) * (sn + 1));
     fn(a, fn == mha__attn_bwd_ref ? sb : sb + 1);
     free(sb);
 }
