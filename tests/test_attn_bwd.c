@@ -260,11 +260,12 @@ static int outside_written(const grads *g, const float *dq0, int64_t T, int64_t 
     return n;
 }
 
-static int bits_differ(const grads *x, const grads *y, int64_t T, int64_t HD) {
+/* Rows of x and y whose bits differ: dq from row q0 on, dk and dv all. */
+static int bits_differ(const grads *x, const grads *y, int64_t T, int64_t HD, int64_t q0) {
     int n = 0;
     for (int64_t i = 0; i < T; i++) {
         const size_t o = (size_t)(i * x->ldg), s = sizeof(float) * (size_t)HD;
-        n += memcmp(x->dq + o, y->dq + o, s) != 0;
+        n += i >= q0 && memcmp(x->dq + o, y->dq + o, s) != 0;
         n += memcmp(x->dk + o, y->dk + o, s) != 0;
         n += memcmp(x->dv + o, y->dv + o, s) != 0;
     }
@@ -287,13 +288,7 @@ static void check_dq_set(void (*fn)(const mha__attn_bwd_args *, float *), size_t
     a.dq_set = true;
     run(fn, sfn, &a);
     const int64_t q0 = h->causal ? kb : 0; /* the dq rows written */
-    int nd = 0;
-    for (int64_t i = 0; i < T; i++) {
-        const size_t o = (size_t)(i * g.ldg), n = sizeof(float) * (size_t)HD;
-        nd += i >= q0 && memcmp(g.dq + o, from0->dq + o, n) != 0;
-        nd += memcmp(g.dk + o, from0->dk + o, n) != 0;
-        nd += memcmp(g.dv + o, from0->dv + o, n) != 0;
-    }
+    const int nd = bits_differ(&g, from0, T, HD, q0);
     CHECK(nd == 0, "%s dq_set: %s: %d rows not the bits of the run from zero", name, what, nd);
     const int ow = outside_written(&g, nan0, T, HD, q0, kb, ke);
     CHECK(ow == 0, "%s dq_set: %s: %d values outside the ranges written", name, what, ow);
@@ -347,7 +342,7 @@ static void check_head(const head *h, int64_t kb, int64_t ke, bool dq_random, co
         const int ow = outside_written(g, dq0, T, HD, q0, kb, ke);
         CHECK(ow == 0, "%s: %s: %d values outside the ranges written", f->name, what, ow);
         if (f->twin >= 0) {
-            const int nd = bits_differ(g, &out[f->twin], T, HD);
+            const int nd = bits_differ(g, &out[f->twin], T, HD, 0);
             CHECK(nd == 0, "%s vs %s: %s: %d rows not bit-identical", f->name,
                   kern[f->twin].name, what, nd);
         }
@@ -394,7 +389,7 @@ static void check_determinism(const bwd_kernel *f, int64_t T, int64_t HD, bool c
     /* repeat */
     run_into(f, &h, &g1, dq0, 0, T);
     run_into(f, &h, &g2, dq0, 0, T);
-    CHECK(bits_differ(&g1, &g2, T, HD) == 0, "%s: %s: a repeated call differs", f->name, what);
+    CHECK(bits_differ(&g1, &g2, T, HD, 0) == 0, "%s: %s: a repeated call differs", f->name, what);
 
     /* other row strides: the same head in a wider buffer (ld + 37, other
      * offsets) and in a 2^k-ish stride whose tiles the kernel copies */
@@ -413,7 +408,7 @@ static void check_determinism(const bwd_kernel *f, int64_t T, int64_t HD, bool c
             memcpy(h2.x + t * h2.ld + h2.vo, h.x + t * h.ld + h.vo, sizeof(float) * (size_t)HD);
         }
         run_into(f, &h2, &g2, dq0, 0, T);
-        CHECK(bits_differ(&g1, &g2, T, HD) == 0, "%s: %s: row stride %lld gives other bits",
+        CHECK(bits_differ(&g1, &g2, T, HD, 0) == 0, "%s: %s: row stride %lld gives other bits",
               f->name, what, (long long)h2.ld);
         free(h2.x);
     }
@@ -487,7 +482,7 @@ static void check_determinism(const bwd_kernel *f, int64_t T, int64_t HD, bool c
                 }
             }
             run_into(f, &hp, &g2, dq0, kb, ke);
-            CHECK(bits_differ(&g3, &g2, T, HD) == 0,
+            CHECK(bits_differ(&g3, &g2, T, HD, 0) == 0,
                   "%s: %s: keys [%lld,%lld): data outside the range was read", f->name, what,
                   (long long)kb, (long long)ke);
             free(hp.x);
