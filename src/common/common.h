@@ -106,6 +106,11 @@ mha_status mha__threads_ready(void);
  * OpenMP), and the calling thread's number in its region (0 outside one). */
 int mha__max_threads(void);
 int mha__thread_num(void);
+/* One look of a spin-wait on a word another thread will set: a pause, and
+ * after 2^14 looks (n counts them; start it at 0) a yield of the CPU
+ * between looks, for a host running more threads than CPUs and valgrind's
+ * one-at-a-time scheduler. */
+void mha__spin_pause(unsigned *n);
 
 /* A team for a run of short parallel steps (a decode step's 49 GEMVs and
  * 12 attentions, each a few to a hundred microseconds): mha__team_serve

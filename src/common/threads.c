@@ -18,10 +18,11 @@
 #define _GNU_SOURCE 1 /* pthread_getattr_default_np */
 #include "common.h"
 
+#include <sched.h>
+
 #if defined(MHA_HAVE_OPENMP)
 #include <omp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -97,23 +98,11 @@ typedef struct {
 
 static _Thread_local team *serving; /* the team the calling thread leads */
 
-/* Spins on a word; after a while yields the CPU between looks (a host
- * running more threads than CPUs, valgrind's one-at-a-time scheduler). */
-static void spin_pause(unsigned *n) {
-    if (++*n < (1u << 14)) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-    } else {
-        sched_yield();
-    }
-}
-
 static void helper(team *tm, int t) {
     unsigned seen = 0;
     for (;;) {
         unsigned g, n = 0;
-        while ((g = __atomic_load_n(&tm->gen, __ATOMIC_ACQUIRE)) == seen) spin_pause(&n);
+        while ((g = __atomic_load_n(&tm->gen, __ATOMIC_ACQUIRE)) == seen) mha__spin_pause(&n);
         seen = g;
         if (tm->quit) return;
         tm->fn(tm->arg, t, tm->nt);
@@ -152,7 +141,7 @@ bool mha__team_run(mha__team_fn *fn, void *arg) {
     __atomic_fetch_add(&tm->gen, 1, __ATOMIC_RELEASE);
     fn(arg, 0, tm->nt);
     unsigned n = 0;
-    while (__atomic_load_n(&tm->done, __ATOMIC_ACQUIRE) < tm->nt - 1) spin_pause(&n);
+    while (__atomic_load_n(&tm->done, __ATOMIC_ACQUIRE) < tm->nt - 1) mha__spin_pause(&n);
     return true;
 }
 #else
@@ -163,6 +152,16 @@ bool mha__team_run(mha__team_fn *fn, void *arg) {
     return false;
 }
 #endif
+
+void mha__spin_pause(unsigned *n) {
+    if (++*n < (1u << 14)) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    } else {
+        sched_yield();
+    }
+}
 
 int mha__max_threads(void) {
 #if defined(MHA_HAVE_OPENMP)
