@@ -208,8 +208,8 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
         const int64_t q_end = (qb + ft->nqb0 + 1) * MHA_QBLOCK < T ? (qb + ft->nqb0 + 1) * MHA_QBLOCK : T;
         ensure_rows(md, n * T + q_end);
         /* The first task of a head also draws the next head, while the
-         * other threads compute this one (a head drawn only when a
-         * task needed it kept the other threads waiting at the lock). */
+         * other threads compute this one (a head drawn only when a task
+         * needed it kept the other threads waiting for its rows). */
         if (k == 0 && n + 1 < d->B * H) ensure_rows(md, (n + 2) * T);
         draw_order_head(d, n, &b, &h);
     } else {
