@@ -52,7 +52,7 @@
  *   that a range starting or ending between multiples (the attention
  *   layer cuts heads into chunks at multiples of 64) has no short tiles;
  *   a tile holds KB/2 .. 2 KB keys (fewer only if the range does);
- *   dK = dV = 0 (scratch, up to 2 KB x HDP each)
+ *   dK, dV: the tile's accumulators (scratch, up to 2 KB x HDP each)
  *     for each q-block of QB = NP*PW rows from t0 (causal) or 0 to T:
  *       for each panel: (first tile) pack Q^T, dO^T and the Q, dO rows, and
  *         the dQ rows transposed; S^T and dP^T for the keys the panel sees
@@ -60,7 +60,8 @@
  *         crossing the diagonal); PM^T, dS^T (grad_panel); dQ^T += the sum
  *         over the tile's keys of K dS^T;
  *       dV += PM^T dO, dK += dS^T Q over the q-block's rows (key groups
- *       skip the rows that precede their first key)
+ *       skip the rows that precede their first key, and start from zero
+ *       in the first q-block they see)
  *     write the tile's dK and dV rows.
  *   write the dQ rows back from dQ^T (8x8 transposes).
  *
@@ -236,15 +237,20 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
             }
         }
     }
-    if (kn > n) {
-        memset(pm + n * PW, 0, (size_t)(kn - n) * PW * sizeof(float));
-        memset(ds + n * PW, 0, (size_t)(kn - n) * PW * sizeof(float));
+    /* op_tile reads a key past n only in a key group that starts below
+     * n (a group starting at n or later skips the panel's rows), so at
+     * most OP_MR - 1 of them */
+    const int64_t nz = (kn < n + OP_MR - 1 ? kn : n + OP_MR - 1) - n;
+    if (nz > 0) {
+        memset(pm + n * PW, 0, (size_t)(nz * PW) * sizeof(float));
+        memset(ds + n * PW, 0, (size_t)(nz * PW) * sizeof(float));
     }
 }
 
 /* ---- dK, dV: lanes along the head dims ------------------------------------------ */
 
 /* out[m][VW*u ..] = acc[m][VW*u ..] + sum_{l0 <= l < l1} a(m, l) * rows[l][VW*u ..]
+ * (acc NULL: from +0.0, the bits of a zeroed acc)
  * for mr keys and nvd vectors of dims, where a(m, l) = a[(l / PW) * KT*PW +
  * m*PW + l % PW] (PM^T or dS^T of the q-block, panel by panel; a points at
  * the group's first key), rows: (QB, ldr) at the group's first dim, acc:
@@ -255,7 +261,7 @@ VINL void op_group(const int mr, const int nvd, const float *a, const float *row
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++)
 #pragma GCC unroll 4
-        for (int u = 0; u < nvd; u++) c[m][u] = vf_load(acc + m * lda + VW * u);
+        for (int u = 0; u < nvd; u++) c[m][u] = acc ? vf_load(acc + m * lda + VW * u) : vf_zero();
     for (int64_t p = l0 / PW; p * PW < l1; p++) {
         const float *ap = a + p * (BKT * PW) - p * PW;
         const int64_t lb = l0 > p * PW ? l0 : p * PW, le = l1 < (p + 1) * PW ? l1 : (p + 1) * PW;
@@ -279,7 +285,9 @@ VINL void op_group(const int mr, const int nvd, const float *a, const float *row
 
 /* acc (kn, HDP) += buf^T rows over the q-block's rows [0, nq) (buf: PM^T or
  * dS^T, NP x (KT, PW); rows: (QB, HDP)). Causal: a key group skips the rows
- * before its first key (their weights are exact zeros). With out, the sums
+ * before its first key (their weights are exact zeros). A key group's first
+ * q-block (the one holding its first key as a row, causal; the first, else)
+ * starts from +0.0 instead of reading acc, so acc needs no zeroing. With out, the sums
  * go to out (kn, HDP columns, stride ldo) instead of acc: the tile's last
  * q-block, which no key group skips, writes the gradient's rows itself. */
 static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq, int64_t kn,
@@ -291,21 +299,23 @@ static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq
         const int mr = (int)(sp.base + (g < sp.rem));
         const int64_t l0 = causal && t0 + j > qb ? t0 + j - qb : 0;
         if (l0 < nq) {
+            const bool fresh = causal ? t0 + j >= qb : qb == 0;
             for (int64_t u0 = 0; u0 < nvec; u0 += OP_NV) {
                 const int nvd = (int)(nvec - u0 < OP_NV ? nvec - u0 : OP_NV);
                 const float *a = buf + j * PW, *r = rows + VW * u0;
                 float *cc = acc + j * HDP + VW * u0;
+                const float *ci = fresh ? NULL : cc;
                 float *oo = out ? out + j * ldo + VW * u0 : cc;
                 const int64_t ld = out ? ldo : HDP;
 /* a switch over nvd (1 .. OP_NV, compile-time in each case) */
 #define OP_NV_CASE(M, N)                                                                        \
     case N:                                                                                     \
-        if ((N) <= OP_NV) op_group(M, N, a, r, HDP, l0, nq, cc, HDP, oo, ld);                    \
+        if ((N) <= OP_NV) op_group(M, N, a, r, HDP, l0, nq, ci, HDP, oo, ld);                    \
         break;
 #define OP_CALL(M)                                                                              \
     switch (nvd) {                                                                              \
         OP_NV_CASE(M, 4) OP_NV_CASE(M, 3) OP_NV_CASE(M, 2)                                      \
-    default: op_group(M, 1, a, r, HDP, l0, nq, cc, HDP, oo, ld); break;                         \
+    default: op_group(M, 1, a, r, HDP, l0, nq, ci, HDP, oo, ld); break;                         \
     }
                 MR_SWITCH(mr, OP_MR, OP_CALL)
 #undef OP_CALL
@@ -384,8 +394,6 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
         }
         const bool pack = !keep || t0 == kb;
         if (t0 == kb) prefetch_panel(a, qlo, HD, read_dq);
-        memset(B.dk, 0, (size_t)(kn * HDP) * sizeof(float));
-        memset(B.dv, 0, (size_t)(kn * HDP) * sizeof(float));
 
         for (int64_t qb = a->causal ? t0 : 0; qb < T; qb += BQB) {
             const int64_t nq = T - qb < BQB ? T - qb : BQB;
