@@ -250,11 +250,11 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
 /* ---- dK, dV: lanes along the head dims ------------------------------------------ */
 
 /* out[m][VW*u ..] = acc[m][VW*u ..] + sum_{l0 <= l < l1} a(m, l) * rows[l][VW*u ..]
- * (acc NULL: from +0.0, the bits of a zeroed acc)
  * for mr keys and nvd vectors of dims, where a(m, l) = a[(l / PW) * KT*PW +
  * m*PW + l % PW] (PM^T or dS^T of the q-block, panel by panel; a points at
  * the group's first key), rows: (QB, ldr) at the group's first dim, acc:
- * (mr, lda), out: (mr, ldo) (acc itself, or the gradient's rows). */
+ * (mr, lda) or NULL (the sums start from +0.0: a zeroed acc's bits), out:
+ * (mr, ldo) (acc itself, or the gradient's rows). */
 VINL void op_group(const int mr, const int nvd, const float *a, const float *rows, int64_t ldr,
                    int64_t l0, int64_t l1, const float *acc, int64_t lda, float *out, int64_t ldo) {
     vf c[OP_MR][OP_NV];
@@ -285,11 +285,12 @@ VINL void op_group(const int mr, const int nvd, const float *a, const float *row
 
 /* acc (kn, HDP) += buf^T rows over the q-block's rows [0, nq) (buf: PM^T or
  * dS^T, NP x (KT, PW); rows: (QB, HDP)). Causal: a key group skips the rows
- * before its first key (their weights are exact zeros). A key group's first
- * q-block (the one holding its first key as a row, causal; the first, else)
- * starts from +0.0 instead of reading acc, so acc needs no zeroing. With out, the sums
- * go to out (kn, HDP columns, stride ldo) instead of acc: the tile's last
- * q-block, which no key group skips, writes the gradient's rows itself. */
+ * before its first key (their weights are exact zeros). A key group's
+ * first q-block (causal: the one holding its first key as a row; else the
+ * first) starts from +0.0 instead of reading acc, so acc needs no zeroing.
+ * With out, the sums go to out (kn, HDP columns, stride ldo) instead of
+ * acc: the tile's last q-block, which no key group skips, writes the
+ * gradient's rows itself. */
 static void op_tile(const float *buf, const float *rows, int64_t HDP, int64_t nq, int64_t kn,
                     bool causal, int64_t t0, int64_t qb, float *acc, float *out, int64_t ldo) {
     const split sp = split_of(kn, OP_MR);
