@@ -10,10 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- errors -------------------------------------------------------------- */
 
-/* One line on stderr, exit status 1. */
+/* The output directory this process created (cli_make_dir), or NULL. */
+static const char *made_dir;
+
+/* One line on stderr, exit status 1; the directory this process created
+ * goes too while it is still empty (a refused command leaves nothing). */
 _Noreturn void cli_die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -22,6 +28,7 @@ _Noreturn void cli_die(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    if (made_dir) (void)rmdir(made_dir); /* fails, harmlessly, once it holds a file */
     cli_dist_abort(1); /* under mpirun: the other ranks end too */
     exit(1);
 }
@@ -41,6 +48,11 @@ void *cli_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     if (!p) cli_die("out of memory (%zu bytes)", n);
     return p;
+}
+
+void cli_make_dir(const char *dir) {
+    if (mkdir(dir, 0777) == 0) made_dir = dir;
+    else if (errno != EEXIST) cli_die("%s: cannot create: %s", dir, strerror(errno));
 }
 
 void cli_lock_dir(const char *dir) {

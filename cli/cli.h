@@ -14,6 +14,9 @@ _Noreturn void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Dies with the library's detail when st is not MHA_OK. */
 void cli_check(mha_status st, const char *what);
 void *cli_malloc(size_t n);
+/* Creates directory dir if it is not there (dies naming it when it cannot);
+ * one it created is removed again by cli_die while still empty. */
+void cli_make_dir(const char *dir);
 /* Holds an exclusive lock on directory dir (flock on the directory itself)
  * until the process ends, however it ends; dies naming the directory when
  * another process holds it: two trainers writing one run's files would

@@ -333,7 +333,7 @@ int mha_cli_train(int argc, char **argv) {
     }
     if (c.lag >= c.tokens) cli_die("train: --lag (%lld) must be below --tokens (%lld)", (long long)c.lag, (long long)c.tokens);
     if (c.emb % c.heads) cli_die("train: --emb-dim (%lld) must be divisible by --num-heads (%lld)", (long long)c.emb, (long long)c.heads);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) cli_die("%s: cannot create: %s", dir, strerror(errno));
+    cli_make_dir(dir);
     cli_lock_dir(dir);
 
     if (resume) (void)load_state(dir, &c, NULL); /* refused before anything is allocated */

@@ -950,8 +950,7 @@ int mha_cli_train_gpt(int argc, char **argv) {
     if (o.batch < cli_dist_size())
         cli_die("--batch %lld is smaller than the %d processes mpirun started: each needs a window of every batch",
                 (long long)o.batch, cli_dist_size());
-    if (lead && !o.resume && mkdir(dir, 0777) != 0 && errno != EEXIST)
-        cli_die("%s: cannot create: %s", dir, strerror(errno));
+    if (lead && !o.resume) cli_make_dir(dir);
     char *commit = path_in(dir, "checkpoint.commit"), *state_path = path_in(dir, "train.safetensors");
     run_state s = {.global_step = -1};
     uint8_t gstate[MHA_GENERATOR_STATE_BYTES];

@@ -10,7 +10,7 @@ errors are one line.
   3. loss.svg and attention.svg parse as XML with an <svg> root;
   4. mha run takes model.safetensors;
   5. bad settings and a resume with other settings fail with one line on
-     stderr and exit status 1.
+     stderr and exit status 1, and leave no directory they created.
 With --sanitized (the ASan+UBSan build) step 1 runs 60 steps and does not
 ask for the learning: the loop is the same, the other builds check the loss.
 """
@@ -116,6 +116,7 @@ def main():
             rc, _, err = run(binary, "train", *args)
             check(rc == 1 and err.count("\n") == 1 and what in err,
                   "train %s: exit %d, stderr %r (want one line naming %r)" % (" ".join(args), rc, err, what))
+        check(not os.path.exists(os.path.join(tmp, "none")), "a refused --resume left the directory it created")
     print("%s" % ("cli_train: ok" if not tally.fails else "cli_train: %d failed" % tally.fails))
     return tally.status()
 

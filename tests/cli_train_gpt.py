@@ -12,7 +12,8 @@
      (SIGKILL) mid-epoch while it saves every step and resumed, end with the
      files of an uninterrupted run byte for byte; 1 and 2 threads the same;
      a second trainer on the directory of a running one is refused;
-  4. bad input: one line on stderr, exit status 1, nothing overwritten.
+  4. bad input: one line on stderr, exit status 1, nothing overwritten, no
+     empty --out directory left behind.
 With --sanitized (the ASan+UBSan build) the second configuration and the
 generate check are left out: the code paths are the first one's; and its
 runs train 2 epochs, not 3 (the resumed and the killed run too), checked
@@ -244,6 +245,9 @@ def main():
         err = p.stderr.decode()
         check(p.returncode == 1 and err.count("\n") == 1 and want in err,
               "mha train GPTModel %s: status %d, stderr %r (want %r)" % (" ".join(args), p.returncode, err, want))
+        bad_dir = os.path.join(tmp, "bad")
+        check(not os.path.isdir(bad_dir) or os.listdir(bad_dir),
+              "mha train GPTModel %s left an empty directory" % " ".join(args))
         subprocess.run(["rm", "-rf", os.path.join(tmp, "bad")])
     check(not os.path.exists(os.path.join(tmp, "none")), "--resume created the directory it did not find")
     after = {f: open(os.path.join(a, f), "rb").read() for f in FILES}
