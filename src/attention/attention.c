@@ -198,28 +198,21 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
     const mha__attention_desc *d = ft->d;
     mask_drawer *md = ft->md;
     const int64_t T = d->T, H = d->H, nqb = ft->nqb, keep_ld = (T + 63) / 64;
+    const int64_t n = task / nqb, k = task % nqb; /* head n's k-th task */
     int64_t qb, b, h;
     if (md->bits) {
         /* Heads in draw order so that drawing overlaps computing; within
          * a head, the costliest (last) query blocks first, but for the
          * first head, whose rows are being drawn. */
-        const int64_t n = task / nqb, k = task % nqb;
         qb = n == 0 ? k : nqb - 1 - k;
-        const int64_t q_end = (qb + ft->nqb0 + 1) * MHA_QBLOCK < T ? (qb + ft->nqb0 + 1) * MHA_QBLOCK : T;
-        ensure_rows(md, n * T + q_end);
-        /* The first task of a head also draws the next head, while the
-         * other threads compute this one (a head drawn only when a task
-         * needed it kept the other threads waiting for its rows). */
-        if (k == 0 && n + 1 < d->B * H) ensure_rows(md, (n + 2) * T);
         draw_order_head(d, n, &b, &h);
     } else {
         /* Head by head, so a head's K and V stay in cache across its
          * query blocks; within a head the costliest (last) blocks
          * first, so the cheap ones even out the threads at the end. */
-        const int64_t bh = task / nqb;
-        qb = nqb - 1 - task % nqb;
-        b = bh / H;
-        h = bh % H;
+        qb = nqb - 1 - k;
+        b = n / H;
+        h = n % H;
     }
     mha__attn_args a = {0};
     fill_head(d, &a, b, h);
@@ -227,6 +220,11 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
     a.q_end = a.q_begin + MHA_QBLOCK < T ? a.q_begin + MHA_QBLOCK : T;
     if (a.q_begin < d->t_begin) a.q_begin = d->t_begin;
     if (md->bits) {
+        ensure_rows(md, n * T + a.q_end);
+        /* The first task of a head also draws the next head, while the
+         * other threads compute this one (a head drawn only when a task
+         * needed it kept the other threads waiting for its rows). */
+        if (k == 0 && n + 1 < d->B * H) ensure_rows(md, (n + 2) * T);
         a.drop = MHA_DROP_BITMASK;
         a.keep = md->bits + ((b * H + h) * T) * keep_ld;
         a.keep_ld = keep_ld;
