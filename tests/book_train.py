@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 if os.environ.get("MHA_BUILD_DIR") and not os.environ.get("MHA_LIBRARY"):
     os.environ["MHA_LIBRARY"] = os.path.join(os.environ["MHA_BUILD_DIR"], "libmha.so")
+import st  # noqa: E402,F401  (on import: malloc keeps freed memory, st.keep_freed_memory)
 import torch  # noqa: E402
 
 import book_ch5 as bt  # noqa: E402

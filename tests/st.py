@@ -28,6 +28,30 @@ DTYPES = {
 _NAMES = {v: k for k, v in DTYPES.items()}
 
 
+def keep_freed_memory():
+    """glibc's malloc in this process keeps what is freed (trim threshold
+    1 GiB) and serves blocks up to 32 MiB (its ceiling) from the heap, not
+    from a fresh mmap each: torch's per-step tensors (a batch's logits over
+    the 50257-word vocabulary, 26 MiB) otherwise fault in new zeroed pages
+    at every step. Measured on 2 cores: cli_train_gpt + torch_book_train
+    72 -> 49 CPU s (sys 24 -> 11). This process only: the mha processes the
+    tests start get glibc's defaults, as a user's do. Called on import; a
+    no-op where malloc is not glibc's (or is ASan's, which ignores it)."""
+    import ctypes
+    import sys
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD (also ends glibc's dynamic threshold)
+
+
+keep_freed_memory()
+
+
 def _as_numpy(t):
     """numpy array from a numpy array or a torch tensor (detached, CPU)."""
     if hasattr(t, "detach"):

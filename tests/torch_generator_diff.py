@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st  # noqa: E402,F401  (on import: malloc keeps freed memory, st.keep_freed_memory)
 import torch_cache  # noqa: E402
 
 torch = None  # imported by reference() when torch_cache holds no value
