@@ -109,7 +109,7 @@ run() { # name, build dir, labels to leave out (a regex, or ""), env..., -- cmak
   step_end "  ctest: $name"
 }
 
-run "release" build-test "" -- -DCMAKE_BUILD_TYPE=Release
+run "release" build-test "" -- -DCMAKE_BUILD_TYPE=Release -DMHA_TEST_EMULATIONS=ON
 run "reference kernels (MHA_ISA=ref)" build-test "env-independent|whole-run|isa-independent" MHA_ISA=ref MHA_TEST_SECONDARY=1 --
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
   run "AVX2 kernels on an AVX-512 CPU (MHA_ISA=avx2)" build-test "env-independent|whole-run|isa-independent" MHA_ISA=avx2 \
@@ -121,8 +121,20 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
 else
   run "OpenBLAS backend" build-test-openblas "env-independent|no-gemm|whole-run" MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=Release -DMHA_BLAS=openblas
 fi
+# Where this CPU runs the AVX-512 kernels (the release build's mha says so,
+# whatever MHA_ISA the user has set), the two builds below leave out the
+# tests' emulation of them (-DMHA_TEST_EMULATIONS=OFF: attn_gen16.c and
+# attn_avx2w32.c, 35 s of CPU to compile in each, and their checks): their
+# tests run the real AVX-512 kernels, which the release run has checked bit
+# for bit against the emulation. Elsewhere the emulation is how every build
+# tests the AVX-512 body.
+emulations=(-DMHA_TEST_EMULATIONS=ON) # said each time: a build directory remembers it
+if env -u MHA_ISA build-test/mha --version | grep -q 'kernels avx512'; then
+  emulations=(-DMHA_TEST_EMULATIONS=OFF)
+fi
 # RelWithDebInfo: debug assertions on, and line numbers for valgrind
-run "no OpenMP, no BLAS" build-test-noomp "" MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin -DMHA_MPI=OFF
+run "no OpenMP, no BLAS" build-test-noomp "" MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_OPENMP=OFF -DMHA_BLAS=builtin -DMHA_MPI=OFF \
+  "${emulations[@]}"
 # valgrind.sh runs one program at a time, on one core, for two minutes:
 # beside the sanitizer build and its tests, with its output held back and
 # printed after them. Its CPU seconds are its own (times in its subshell);
@@ -132,7 +144,7 @@ vg_t0=$EPOCHREALTIME
   times >"$vg_out.times"; echo "valgrind_wall $vg_t0 $EPOCHREALTIME"; exit $rc ) >"$vg_out" 2>&1 &
 vg_pid=$!
 run "ASan+UBSan" build-test-asan "" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON -DMHA_MPI=OFF
+    MHA_TEST_SECONDARY=1 -- -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMHA_SANITIZE=ON -DMHA_MPI=OFF "${emulations[@]}"
 echo "=== valgrind memcheck (the no-OpenMP build; it ran beside ASan+UBSan)"
 vg_rc=0
 wait "$vg_pid" || vg_rc=$?

@@ -8,6 +8,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* MHA_TEST_EMULATIONS (1 unless the build says otherwise, tests/CMakeLists.txt):
+ * 0 where the build leaves out attn_gen16.c and attn_avx2w32.c (cmake
+ * -DMHA_TEST_EMULATIONS=OFF, which scripts/test.sh passes only where the CPU
+ * runs the AVX-512 kernels natively). A test that then finds AVX-512 kernels
+ * compiled but not runnable fails with AVX512_UNTESTED: nothing would test
+ * their body. */
+#ifndef MHA_TEST_EMULATIONS
+#define MHA_TEST_EMULATIONS 1
+#endif
+#define AVX512_UNTESTED                                                          \
+    "this CPU cannot run the AVX-512 kernels and this build has no emulation of " \
+    "them (-DMHA_TEST_EMULATIONS=OFF): their body goes untested"
+
 /* attn_gen16.c: the AVX-512 kernels (attention forward and backward, the
  * packed GEMM) on the 16-lane emulation (simd_gen16.h): their contracts
  * and, if the emulation is right, their bits. attn_avx2w32.c: the same

@@ -508,6 +508,7 @@ int main(void) {
     if (k_avx2) {
         kern[n_kern++] =
             (bwd_kernel){"avx2", k_avx2->attn_bwd, k_avx2->attn_bwd_scratch, 0, -1, 1};
+#if MHA_TEST_EMULATIONS
         w32 = n_kern++;
         kern[w32] = (bwd_kernel){"avx2w32", mha__attn_bwd_avx2w32, mha__attn_bwd_scratch_avx2w32,
                                  0, -1, 1};
@@ -515,15 +516,18 @@ int main(void) {
          * of sections 1 and 2, and all of section 3 */
         kern[n_kern++] = (bwd_kernel){"gen16", mha__attn_bwd_gen16, mha__attn_bwd_scratch_gen16, 0,
                                       w32, 2};
+#endif
     }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
     if (k_avx512)
         kern[n_kern++] = (bwd_kernel){"avx512", k_avx512->attn_bwd, k_avx512->attn_bwd_scratch, 0,
                                       w32, 1};
-    else
+    else if (MHA_TEST_EMULATIONS)
         printf("AVX-512 kernel compiled, but this CPU lacks AVX-512 F/BW/DQ/VL: tested through "
                "its emulation (gen16) only\n");
+    else
+        CHECK(0, AVX512_UNTESTED);
 #endif
     (void)w32;
     if (n_kern == 0) TEST_SKIP("test_attn_bwd", "no fused backward kernel on this CPU or build");

@@ -555,6 +555,7 @@ int main(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (avx2) {
         fast[n_fast++] = (fast_kernel){"avx2", k_avx2->attn_fwd, k_avx2->attn_fwd_scratch, 0, 0, -1};
+#if MHA_TEST_EMULATIONS
         /* the AVX-512 tunables on the AVX2 layer, then on the emulated
          * AVX-512 layer: lane-wise ops, so the same bits */
         const int w32 = n_fast++;
@@ -563,15 +564,18 @@ int main(void) {
         gen16 = n_fast++;
         fast[gen16] = (fast_kernel){"gen16", mha__attn_fwd_gen16, mha__attn_fwd_scratch_gen16, 0,
                                     0, w32};
+#endif
     }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
     if (avx512) /* the real thing: must give the emulation's bits */
         fast[n_fast++] = (fast_kernel){"avx512", k_avx512->attn_fwd, k_avx512->attn_fwd_scratch,
                                        0, 0, gen16};
-    else
+    else if (MHA_TEST_EMULATIONS)
         printf("AVX-512 kernel compiled, but this CPU lacks AVX-512 F/BW/DQ/VL: tested through "
                "its emulation (gen16) only\n");
+    else
+        CHECK(0, AVX512_UNTESTED);
 #else
     printf("AVX-512 kernel not compiled: not tested\n");
 #endif
@@ -581,9 +585,11 @@ int main(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (avx2) {
         test_vexp("avx2", vexp_array_avx2, NULL);
+#if MHA_TEST_EMULATIONS
         test_vexp("gen16", vexp_array_gen16, vexp_array_avx2);
         test_philox_words("gen16", mha__philox_words_gen16, 16);
         test_philox_words("avx2w32", mha__philox_words_avx2w32, 8);
+#endif
     }
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)

@@ -184,10 +184,18 @@ int main(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (mha__cpu()->avx2) {
         check_packed("avx2", mha__gemm_avx2, NULL, NULL);
+#if MHA_TEST_EMULATIONS
         check_packed("gen16 (AVX-512's body, emulated)", mha__gemm_gen16, "avx2w32", mha__gemm_avx2w32);
+#endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
         if (mha__cpu()->avx512)
+#if MHA_TEST_EMULATIONS
             check_packed("avx512", mha__gemm_avx512, "gen16", mha__gemm_gen16);
+#else
+            check_packed("avx512", mha__gemm_avx512, NULL, NULL);
+        else
+            CHECK(0, AVX512_UNTESTED);
+#endif
 #endif
     } else {
         printf("test_gemm: no AVX2 on this CPU: the packed GEMMs not run\n");
