@@ -13,7 +13,9 @@
 #     and with MHA_ISA=ref; tests/test_book (the book's numbers),
 #     tests/test_modules and tests/test_backward (their error paths;
 #     test_backward --quick, without its 520-row finite differences, which
-#     are its own double oracle's time and run in every build's ctest);
+#     are its own double oracle's time, and with two of its four
+#     short-last-slice shapes, the reference attention's time: every
+#     build's ctest runs them all);
 #   - each mha command once: help, version, demo, trace (and --svg), init
 #     (a module and a GPTModel), run and grad (eval and --train), train,
 #     generate (KV cache and not, sampling), tokenize (and --decode), bench
