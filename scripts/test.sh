@@ -123,11 +123,11 @@ else
 fi
 # Where this CPU runs the AVX-512 kernels (the release build's mha says so,
 # whatever MHA_ISA the user has set), the two builds below leave out the
-# tests' emulation of them (-DMHA_TEST_EMULATIONS=OFF: attn_gen16.c and
-# attn_avx2w32.c, 35 s of CPU to compile in each, and their checks): their
-# tests run the real AVX-512 kernels, which the release run has checked bit
-# for bit against the emulation. Elsewhere the emulation is how every build
-# tests the AVX-512 body.
+# tests' emulations of them (-DMHA_TEST_EMULATIONS=OFF: tests/*_gen16.c and
+# attn_avx2w32.c, 45-55 s of CPU to compile in each, and their checks):
+# their tests run the real AVX-512 kernels, which the release run has
+# checked bit for bit against the emulations. Elsewhere the emulations are
+# how every build tests the AVX-512 bodies.
 emulations=(-DMHA_TEST_EMULATIONS=ON) # said each time: a build directory remembers it
 if env -u MHA_ISA build-test/mha --version | grep -q 'kernels avx512'; then
   emulations=(-DMHA_TEST_EMULATIONS=OFF)

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /* MHA_TEST_EMULATIONS (1 unless the build says otherwise, tests/CMakeLists.txt):
- * 0 where the build leaves out attn_gen16.c and attn_avx2w32.c (cmake
+ * 0 where the build leaves out *_gen16.c and attn_avx2w32.c (cmake
  * -DMHA_TEST_EMULATIONS=OFF, which scripts/test.sh passes only where the CPU
  * runs the AVX-512 kernels natively). A test that then finds AVX-512 kernels
  * compiled but not runnable fails with AVX512_UNTESTED: nothing would test

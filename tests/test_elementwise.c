@@ -533,18 +533,24 @@ int main(void) {
     const kset ref = kset_of("ref", kref);
     kset fast[3];
     int n_fast = 0;
-    /* The AVX-512 body on its emulation: portable, always tested. Its
-     * elementwise kernels are lane-wise, so they equal AVX2's bits. */
+    const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);
+#if MHA_TEST_EMULATIONS
+    /* The AVX-512 body on its emulation: portable, tested wherever the
+     * build has it. Its elementwise kernels are lane-wise, so they equal
+     * AVX2's bits. */
     const kset gen16 = {"gen16", mha__layernorm_gen16, mha__bias_gelu_gen16, mha__residual_add_gen16,
                         mha__layernorm_backward_gen16, mha__gelu_backward_gen16, mha__xent_row_gen16};
     fast[n_fast++] = gen16;
+#else
+    /* Built without it (MHA_TEST_EMULATIONS=0): only where the real one runs */
+    REQUIRE(k5 != NULL, AVX512_UNTESTED);
+#endif
     const kset *twin_of_gen16 = NULL;
-    const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);
     kset avx2;
     if (k2) {
         avx2 = kset_of("avx2", k2);
         fast[n_fast++] = avx2;
-        twin_of_gen16 = &fast[n_fast - 1];
+        twin_of_gen16 = MHA_TEST_EMULATIONS ? &fast[n_fast - 1] : NULL;
     } else {
         printf("no AVX2 kernels here: the reference and the emulated AVX-512 body only\n");
     }
@@ -556,9 +562,13 @@ int main(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (k2) {
         test_vtanh("avx2", vtanh_array_avx2, NULL, 37);
+#if MHA_TEST_EMULATIONS
         test_vtanh("gen16", vtanh_array_gen16, vtanh_array_avx2, 151); /* emulated: slow */
 #if defined(MHA_HAVE_AVX512_KERNELS)
         if (k5) test_vtanh("avx512", vtanh_array_avx512, vtanh_array_gen16, 151);
+#endif
+#elif defined(MHA_HAVE_AVX512_KERNELS)
+        if (k5) test_vtanh("avx512", vtanh_array_avx512, vtanh_array_avx2, 151); /* lane-wise: AVX2's bits */
 #endif
     }
 #endif
@@ -573,14 +583,19 @@ int main(void) {
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (k2) {
         test_vdexp("avx2", vdexp_array_avx2, NULL);
+#if MHA_TEST_EMULATIONS
         test_vdexp("gen16", vdexp_array_gen16, NULL);
 #if defined(MHA_HAVE_AVX512_KERNELS)
         if (k5) test_vdexp("avx512", vdexp_array_avx512, vdexp_array_gen16);
 #endif
+#elif defined(MHA_HAVE_AVX512_KERNELS)
+        if (k5) test_vdexp("avx512", vdexp_array_avx512, NULL);
+#endif
     }
-#else
+#elif MHA_TEST_EMULATIONS
     test_vdexp("gen16", vdexp_array_gen16, NULL);
 #endif
+#if MHA_TEST_EMULATIONS
     if (k5) { /* the real AVX-512 kernels give the emulation's bits */
         test_gelu(&fast[n_fast - 1], &ref, &fast[0]);
         float x[3 * 769], y1[3 * 769], y2[3 * 769], s[769], t[769];
@@ -600,6 +615,7 @@ int main(void) {
               "avx512 layernorm backward differs from its emulation");
         test_xent(&fast[n_fast - 1], &ref, &fast[0]);
     }
+#endif
 
     const char *const isas[] = {"ref", "avx2", "avx512"};
     for (int i = 0; i < 3; i++) {
