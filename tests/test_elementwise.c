@@ -615,6 +615,11 @@ int main(void) {
               "avx512 layernorm backward differs from its emulation");
         test_xent(&fast[n_fast - 1], &ref, &fast[0]);
     }
+#else
+    if (k5 && k2) { /* GELU and its backward are lane-wise: AVX-512 gives AVX2's bits */
+        test_gelu(&fast[n_fast - 1], &ref, &fast[0]);
+        test_gelu_backward(&fast[n_fast - 1], &ref, &fast[0]);
+    }
 #endif
 
     const char *const isas[] = {"ref", "avx2", "avx512"};
