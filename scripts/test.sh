@@ -141,7 +141,7 @@ fi
 # Where this CPU runs the AVX-512 kernels (the release build's mha says so,
 # whatever MHA_ISA the user has set), the two builds below leave out the
 # tests' emulations of them (-DMHA_TEST_EMULATIONS=OFF: tests/*_gen16.c and
-# attn_avx2w32.c, 45-55 s of CPU to compile in each, and their checks):
+# attn_avx2w32.c, 44-51 s of CPU to compile in each, and their checks):
 # their tests run the real AVX-512 kernels, which the release run has
 # checked bit for bit against the emulations. Elsewhere the emulations are
 # how every build tests the AVX-512 bodies.
