@@ -138,6 +138,7 @@ int main(int argc, char **argv) {
         mha__attention_desc d;
         mha__attention_desc_init(&d, c->B, c->T, H, HD);
         d.causal = true;
+        d.ld_qkv = P; /* the phase's layout (the workspace depends on it) */
         c->ws_size = mha__attention_workspace(&d);
         c->ws = malloc(c->ws_size);
         if (!c->ws) ok(MHA_ERR_NOMEM, "workspace");

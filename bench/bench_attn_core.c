@@ -255,6 +255,7 @@ static size_t workspace(const shape *s, const mha__kernels *k, int nthreads) {
     mha__attention_desc d;
     memset(&d, 0, sizeof d);
     d.B = s->B, d.T = s->T, d.H = s->H, d.HD = s->HD, d.causal = true, d.kernels = k;
+    d.ld_qkv = 3 * s->H * s->HD; /* the layout the runs use (the workspace depends on it) */
 #ifdef _OPENMP
     omp_set_num_threads(nthreads);
 #else

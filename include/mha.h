@@ -300,7 +300,8 @@ MHA_API mha_status mha_module_check_finite(const mha_module *m);
 
 /* Bytes of scratch mha_module_forward needs for (B, T) with the current
  * thread count. In eval mode it is linear in B*T (the packed Q/K/V plus
- * per-thread tiles), never T*T; training with PyTorch's dropout mask adds
+ * per-thread tiles and, from T = 512, a copy of one head's keys and values
+ * per thread), never T*T; training with PyTorch's dropout mask adds
  * B*H*T*T bits for the fast kernels (see mha_dropout_rng). 0 on invalid
  * sizes (mha_module_forward then names the problem). */
 MHA_API size_t mha_module_workspace_size(const mha_module *m, int64_t B, int64_t T,

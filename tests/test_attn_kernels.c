@@ -21,8 +21,15 @@
  *     bit-identical results; rows outside the range are not written; with
  *     causal, keys at or after q_end are not read; O written over Q
  *     (o == q, ldo == ldq) gives the same bits as a separate O.
+ *  5. The attention layer (attention.c) over each fast kernel table: a
+ *     forward over a packed QKV buffer at T >= 512, where the layer copies
+ *     each head's K and V rows to contiguous scratch first, gives the bits
+ *     of the same heads read in place from a head-major (KV-cache) layout,
+ *     causal and not, with and without Philox dropout, at 1 and 3 threads
+ *     (3 threads: whole heads per thread or not, by the head count).
  * Exits non-zero on any failure. */
 #include "test_util.h"
+#include "attention/attention.h"
 #include "kernels/kernels.h"
 #include "kernels/philox.h"
 #if defined(MHA_HAVE_AVX2_KERNELS)
@@ -523,6 +530,76 @@ static void check_alias(const fast_kernel *f, int64_t T, int64_t HD, bool causal
  * even lanes) against mha__philox4x32_10 on random counters and keys, the
  * row lanes wrapping at 2^32 included. */
 typedef void philox_words_fn(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
+/* Section 5: B = 1 (the head-major layout is the KV cache's, one
+ * sequence), H heads of (T, HD) from a packed (T, 3 H HD + 5) buffer, and
+ * the same heads with keys and values head-major, (H, T, 2 HD), queries
+ * through q_rows. */
+static void check_layer_packing(const mha__kernels *k, const char *name, int64_t T, int64_t H,
+                                int64_t HD, bool causal, bool philox) {
+    const int64_t E = H * HD, ld = 3 * E + 5;
+    float *qkv = malloc(sizeof(float) * (size_t)(T * ld)), *kv = malloc(sizeof(float) * (size_t)(H * T * 2 * HD));
+    float *o[2][2], *lse[2][2];
+    REQUIRE(qkv && kv, "alloc");
+    test_fill(qkv, (size_t)(T * ld), 21);
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(kv + (h * T + t) * 2 * HD, qkv + t * ld + E + h * HD, sizeof(float) * (size_t)HD);
+            memcpy(kv + (h * T + t) * 2 * HD + HD, qkv + t * ld + 2 * E + h * HD, sizeof(float) * (size_t)HD);
+        }
+    for (int th = 0; th < 2; th++) {
+        REQUIRE(mha_runtime_set_threads(th ? 3 : 1) == MHA_OK, "threads");
+        for (int lay = 0; lay < 2; lay++) {
+            mha__attention_desc d;
+            mha__attention_desc_init(&d, 1, T, H, HD);
+            d.kernels = k;
+            d.causal = causal;
+            if (philox) {
+                d.dropout = MHA_DROPOUT_PHILOX;
+                d.p = 0.1;
+                d.philox_seed = 77;
+                d.philox_offset = 2;
+            }
+            if (lay == 0) { /* the packed buffer: the layer copies the heads */
+                d.qkv = qkv;
+                d.ld_qkv = ld;
+                d.k_base = E;
+                d.v_base = 2 * E;
+                d.head_stride = HD;
+            } else { /* head-major keys and values, read in place */
+                d.qkv = kv;
+                d.ld_qkv = 2 * HD;
+                d.head_stride = T * 2 * HD;
+                d.v_base = HD;
+                d.q_rows = qkv;
+                d.ld_q_rows = ld;
+            }
+            o[th][lay] = malloc(sizeof(float) * (size_t)(T * E));
+            lse[th][lay] = malloc(sizeof(float) * (size_t)(H * T));
+            REQUIRE(o[th][lay] && lse[th][lay], "alloc");
+            d.o = o[th][lay];
+            d.ldo = E;
+            d.lse = lse[th][lay];
+            const size_t ws_size = mha__attention_workspace(&d);
+            void *ws = malloc(ws_size);
+            REQUIRE(ws_size > 0 && ws, "workspace");
+            REQUIRE(mha__attention_forward(&d, ws, ws_size) == MHA_OK, "layer: %s", mha_last_error());
+            free(ws);
+        }
+    }
+    for (int th = 0; th < 2; th++)
+        for (int lay = 0; lay < 2; lay++) {
+            if (th == 0 && lay == 0) continue;
+            CHECK(memcmp(o[0][0], o[th][lay], sizeof(float) * (size_t)(T * E)) == 0 &&
+                      memcmp(lse[0][0], lse[th][lay], sizeof(float) * (size_t)(H * T)) == 0,
+                  "[%s] layer T %lld H %lld HD %lld %s%s: %s, %d threads, the bits of packed heads on 1",
+                  name, (long long)T, (long long)H, (long long)HD, causal ? "causal" : "full",
+                  philox ? ", philox" : "", lay ? "head-major in place" : "packed heads", th ? 3 : 1);
+        }
+    for (int th = 0; th < 2; th++)
+        for (int lay = 0; lay < 2; lay++) free(o[th][lay]), free(lse[th][lay]);
+    free(qkv), free(kv);
+}
+
 static void test_philox_words(const char *name, philox_words_fn *words, int vw) {
     int bad = 0;
     for (int t = 0; t < 4000; t++) {
@@ -678,6 +755,17 @@ int main(void) {
         check_alias(f, 130, 3, true, MHA_DROP_PHILOX, 17);
         check_alias(f, 100, 65, false, MHA_DROP_BITMASK, 100);
         check_alias(f, 77, 1, false, MHA_DROP_NONE, 5);
+    }
+    /* the layer's packed heads (section 5): 13 heads, whole heads per
+     * thread at 1 thread and not at 3; 3 heads, one query block a task;
+     * a ragged last block */
+    const mha__kernels *tables[2] = {k_avx2, k_avx512};
+    static const char *const tnames[2] = {"avx2", "avx512"};
+    for (int t = 0; t < 2; t++) {
+        if (!tables[t]) continue;
+        check_layer_packing(tables[t], tnames[t], 517, 13, 16, true, false);
+        check_layer_packing(tables[t], tnames[t], 600, 3, 64, true, true);
+        check_layer_packing(tables[t], tnames[t], 515, 2, 17, false, false);
     }
     for (int kf = 0; kf < n_fast; kf++)
         printf("max |o_%s - o_ref| / max(1, max|o_ref|) = %.3g, max |lse diff| = %.3g\n",

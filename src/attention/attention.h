@@ -65,7 +65,9 @@ typedef struct {
  * mask, no dropout, no buffers (the caller sets the layout and buffers). */
 void mha__attention_desc_init(mha__attention_desc *d, int64_t B, int64_t T, int64_t H, int64_t HD);
 
-/* Workspace bytes mha__attention_forward needs; 0 on overflow. */
+/* Workspace bytes mha__attention_forward needs for d's shape and layout
+ * (with a packed QKV buffer's strides and T >= 512, each thread's copy of
+ * a head's K and V rows: attention.c); 0 on overflow. */
 size_t mha__attention_workspace(const mha__attention_desc *d);
 /* ERR_WORKSPACE when ws_size is too small. */
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size);

@@ -469,6 +469,22 @@ static mha_status residual_linear(const mha_gpt *m, const pass *p, float *dst, c
     return mha__linear_w(rows, E, K, A, lda, W, NULL, p->ctx, E, &e);
 }
 
+/* The attention of block l over the model's cache (p->cache): the keys
+ * and values at kv (head-major, see block_forward), the queries and their
+ * context in kq, rows [p->t0, p->T). */
+static void cache_desc(const mha_gpt *m, const pass *p, int64_t l, mha__attention_desc *d) {
+    const int64_t HD = m->HD;
+    d->qkv = m->kv + l * m->C * 2 * m->E;
+    d->ld_qkv = 2 * HD;
+    d->head_stride = m->C * 2 * HD;
+    d->k_base = 0;
+    d->v_base = HD;
+    d->q_rows = m->kq;
+    d->ld_q_rows = m->E;
+    d->t_begin = p->t0;
+    d->o = m->kq;
+}
+
 /* Block l from a->x to y (y == a->x without a tape):
  *   h1 = norm1(x); qkv = h1 W_qkv^T + b; o = attention(qkv);
  *   x1 = x + drop(o W_out^T + b_out); h2 = norm2(x1);
@@ -503,15 +519,7 @@ static mha_status block_forward(mha_gpt *m, int64_t l, const mha__gpt_acts *a, f
                 memcpy(at + HD, row + 2 * E + h * HD, (size_t)HD * sizeof(float));
             }
         }
-        d.qkv = kv;
-        d.ld_qkv = 2 * HD;
-        d.head_stride = m->C * 2 * HD;
-        d.k_base = 0;
-        d.v_base = HD;
-        d.q_rows = m->kq;
-        d.ld_q_rows = E;
-        d.t_begin = p->t0;
-        d.o = m->kq;
+        cache_desc(m, p, l, &d);
     } else {
         d.qkv = a->qkv;
         d.o = a->o ? a->o : a->qkv; /* without a tape, over Q (kernels.h allows it) */
@@ -680,6 +688,7 @@ static mha_status plan_scratch(mha_gpt *m, pass *p, mha__gpt_acts *a, size_t ext
     const int64_t E = m->E, rows = p->B * (p->T - p->t0);
     mha__attention_desc d;
     mha__gpt_attention_desc(m, &d, p->B, p->T, p->drop, p->g);
+    if (p->cache) cache_desc(m, p, 0, &d); /* as block_forward's */
     const size_t att = mha__attention_workspace(&d);
     if (att == 0) return mha__fail(MHA_ERR_OVERFLOW, "attention workspace overflows");
     /* keep bits (as floats), h, qkv, the product, ff */
