@@ -20,7 +20,12 @@
  * the backward 2-3% slower: the forward copies only tiles with more than 64
  * lines in a set (a 128-key tile of GPT-2 small, large and XL has 32, 32
  * and 16 by crowded_scan's count; medium's stride 3072 puts 128 there), the
- * backward keeps AVX2's 16.
+ * backward keeps AVX2's 16. (Zen 5 later took the backward's copies out
+ * too, within 1-2%; a 2-core Intel Xeon with AVX-512 wants them: its
+ * backward ran 5-6% faster with them at T = 1024, 156 against 165-167 ms
+ * at (8, 1024), 18.9-19.1 against 20.0-20.3 at (1, 1024), alike at (8,
+ * 256). The forward's in-place reads are the attention layer's business
+ * at T >= 512: it copies each head's rows once, attention.c.)
  *
  * Backward (the panels and QK/PV tiles are the forward's): AVX2 key tiles
  * of 256 (128 .. 512 after edge merging) and q-blocks of 2 panels,
@@ -93,7 +98,7 @@
 #define MHA_ATTN_AVX512_CROWD 64 /* lines of a K/V tile per cache set that trigger a copy */
 #endif
 #ifndef MHA_ATTN_AVX512_BWD_CROWD
-#define MHA_ATTN_AVX512_BWD_CROWD 64 /* the same, the backward's key tiles */
+#define MHA_ATTN_AVX512_BWD_CROWD 16 /* the same, the backward's key tiles */
 #endif
 /* In vectors of the layer: the panel stays 16 * NV queries on a narrower
  * layer (tests/attn_avx2w32.c runs these tiles on simd_avx2.h). */
