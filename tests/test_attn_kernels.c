@@ -525,11 +525,6 @@ static void check_alias(const fast_kernel *f, int64_t T, int64_t HD, bool causal
     head_free(&h);
 }
 
-/* A layer's Philox words (philox_words.h: the fused kernels' philox_rows,
- * which computes rounds 0-2 partly in scalars and the lanes' products on
- * even lanes) against mha__philox4x32_10 on random counters and keys, the
- * row lanes wrapping at 2^32 included. */
-typedef void philox_words_fn(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
 /* Section 5: B = 1 (the head-major layout is the KV cache's, one
  * sequence), H heads of (T, HD) from a packed (T, 3 H HD + 5) buffer, and
  * the same heads with keys and values head-major, (H, T, 2 HD), queries
@@ -591,7 +586,7 @@ static void check_layer_packing(const mha__kernels *k, const char *name, int64_t
             if (th == 0 && lay == 0) continue;
             CHECK(memcmp(o[0][0], o[th][lay], sizeof(float) * (size_t)(T * E)) == 0 &&
                       memcmp(lse[0][0], lse[th][lay], sizeof(float) * (size_t)(H * T)) == 0,
-                  "[%s] layer T %lld H %lld HD %lld %s%s: %s, %d threads, the bits of packed heads on 1",
+                  "[%s] layer T %lld H %lld HD %lld %s%s: %s on %d thread(s) gives packed heads' bits on 1",
                   name, (long long)T, (long long)H, (long long)HD, causal ? "causal" : "full",
                   philox ? ", philox" : "", lay ? "head-major in place" : "packed heads", th ? 3 : 1);
         }
@@ -600,6 +595,11 @@ static void check_layer_packing(const mha__kernels *k, const char *name, int64_t
     free(qkv), free(kv);
 }
 
+/* A layer's Philox words (philox_words.h: the fused kernels' philox_rows,
+ * which computes rounds 0-2 partly in scalars and the lanes' products on
+ * even lanes) against mha__philox4x32_10 on random counters and keys, the
+ * row lanes wrapping at 2^32 included. */
+typedef void philox_words_fn(uint32_t j4, uint32_t row0, uint64_t stream, uint64_t seed, uint32_t *w);
 static void test_philox_words(const char *name, philox_words_fn *words, int vw) {
     int bad = 0;
     for (int t = 0; t < 4000; t++) {
