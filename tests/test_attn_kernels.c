@@ -25,8 +25,9 @@
  *     forward over a packed QKV buffer at T >= 512, where the layer copies
  *     each head's K and V rows to contiguous scratch first, gives the bits
  *     of the same heads read in place from a head-major (KV-cache) layout,
- *     causal and not, with and without Philox dropout, at 1 and 3 threads
- *     (3 threads: whole heads per thread or not, by the head count).
+ *     causal and not, with and without Philox dropout, at 1 and 3 threads:
+ *     copies with whole heads a thread, copies with the threads sharing a
+ *     head's blocks, and (3 threads, few blocks a thread) no copies.
  * Exits non-zero on any failure. */
 #include "test_util.h"
 #include "attention/attention.h"
@@ -756,15 +757,17 @@ int main(void) {
         check_alias(f, 100, 65, false, MHA_DROP_BITMASK, 100);
         check_alias(f, 77, 1, false, MHA_DROP_NONE, 5);
     }
-    /* the layer's packed heads (section 5): 13 heads, whole heads per
-     * thread at 1 thread and not at 3; 3 heads, one query block a task;
-     * a ragged last block */
+    /* the layer's packed heads (section 5), ragged last blocks; at 1
+     * thread every case copies (13 and 25 heads: whole heads; 3 and 2:
+     * shared blocks); at 3 threads 25 heads copy whole heads, 3 heads of
+     * 18 blocks share them, 13 and 2 heads of 9 blocks read in place */
     const mha__kernels *tables[2] = {k_avx2, k_avx512};
     static const char *const tnames[2] = {"avx2", "avx512"};
     for (int t = 0; t < 2; t++) {
         if (!tables[t]) continue;
         check_layer_packing(tables[t], tnames[t], 517, 13, 16, true, false);
-        check_layer_packing(tables[t], tnames[t], 600, 3, 64, true, true);
+        check_layer_packing(tables[t], tnames[t], 520, 25, 8, false, false);
+        check_layer_packing(tables[t], tnames[t], 1100, 3, 64, true, true);
         check_layer_packing(tables[t], tnames[t], 515, 2, 17, false, false);
     }
     for (int kf = 0; kf < n_fast; kf++)

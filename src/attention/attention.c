@@ -81,13 +81,23 @@ static int64_t fwd_blocks_per_head(const mha__attention_desc *d) {
  * rows fit the L2 in place and the copy cost more than it saved: (8, 256)
  * AVX2 6.4-7.2 -> 7.6-10.3 ms, AVX-512 5.2-6.6 -> 5.6-7.4. */
 #define MHA_PACK_MIN_BLOCKS 8
-/* With packed heads, a thread takes whole heads when there are at least
- * this many per thread (the last heads then keep the threads about
- * equally busy). */
+/* A thread takes whole heads when there are at least this many per thread
+ * (the last heads then keep the threads about equally busy); otherwise
+ * the threads share each head's blocks, and the copy must serve a thread
+ * at least MHA_PACK_MIN_REUSE of them on average: with many threads a
+ * head's blocks scatter, and each thread would copy the rows for one or
+ * two blocks. */
 #define MHA_HEADS_PER_THREAD 8
+#define MHA_PACK_MIN_REUSE 4
+
+static bool fwd_whole_heads(const mha__attention_desc *d) {
+    return d->B * d->H >= MHA_HEADS_PER_THREAD * (int64_t)mha__max_threads();
+}
 
 static bool fwd_packs_heads(const mha__attention_desc *d) {
-    return fused(d) && d->ld_qkv > 2 * d->HD && fwd_blocks_per_head(d) >= MHA_PACK_MIN_BLOCKS;
+    const int64_t nqb = fwd_blocks_per_head(d);
+    return fused(d) && d->ld_qkv > 2 * d->HD && nqb >= MHA_PACK_MIN_BLOCKS &&
+           (fwd_whole_heads(d) || nqb >= MHA_PACK_MIN_REUSE * (int64_t)mha__max_threads());
 }
 
 /* A thread's scratch in the forward: the kernel's, then, with
@@ -377,7 +387,7 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
      * each head is copied once, not once per thread, and stays in one
      * core's cache. (8, 1024) on the 2-core Xeon: 67.3 -> 63.2-63.9 ms,
      * AVX2 kernels 97 -> 90. */
-    const int64_t chunk = pack && B * H >= MHA_HEADS_PER_THREAD * nt ? nqb : 1;
+    const int64_t chunk = pack && fwd_whole_heads(d) ? nqb : 1;
     fwd_tasks ft = {d, &md, kernels_of(d), scratch, per, kernel_bytes, pack, nqb0, nqb, B * H * nqb, nt, chunk, 0};
     if (par && mha__team_run(fwd_team, &ft)) {
         /* done by the decode step's team */
