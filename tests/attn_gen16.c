@@ -21,3 +21,7 @@
 void vexp_array_gen16(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_exp(vf_loadu(x + i)));
 }
+
+void vexpn_array_gen16(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_exp_nonpos(vf_loadu(x + i)));
+}

@@ -43,6 +43,10 @@ void mha__philox_words_avx512(uint32_t j4, uint32_t row0, uint64_t stream, uint6
 void vexp_array_gen16(const float *x, float *y, size_t n);
 void vexp_array_avx2(const float *x, float *y, size_t n);
 void vexp_array_avx512(const float *x, float *y, size_t n);
+/* the same with vf_exp_nonpos (the attention kernels' softmax exp) */
+void vexpn_array_gen16(const float *x, float *y, size_t n);
+void vexpn_array_avx2(const float *x, float *y, size_t n);
+void vexpn_array_avx512(const float *x, float *y, size_t n);
 
 /* y[0..n) = vf_tanh(x[0..n)), n a multiple of 16: elementwise_gen16.c,
  * vexp_avx2.c, vexp_avx512.c. */

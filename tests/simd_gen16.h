@@ -112,6 +112,29 @@ VINL vf vf_keep(vm m, vf x) { return vf_select(m, x, vf_zero()); }
 VINL vf vf_zero_where(vm m, vf x) { return vf_select(m, vf_zero(), x); }
 VINL int vm_any(vm m) { return m != 0; }
 VINL vm vm_or(vm a, vm b) { return (vm)(a | b); }
+/* vscalefps (Intel SDM's table of special cases): a NaN a gives a quieted,
+ * else a NaN b gives b quieted; b = +inf scales to +-inf (0 * 2^inf: NaN),
+ * b = -inf to +-0 (inf * 2^-inf: NaN); otherwise a * 2^floor(b) rounded
+ * once, as ldexpf does (floor(b) clamped where the result is 0 or inf
+ * either way). */
+#define VF_HAS_SCALEF 1
+VINL vf vf_scalef_zero_where(vm m, vf a, vf b) {
+    vf r;
+    for (int i = 0; i < VW; i++) {
+        const float x = a[i], y = b[i];
+        float v;
+        if (isnan(x)) v = x + 0.0f; /* quieted */
+        else if (isnan(y)) v = y + 0.0f;
+        else if (isinf(y) && y > 0) v = x == 0.0f ? NAN : copysignf(INFINITY, x);
+        else if (isinf(y)) v = isinf(x) ? NAN : copysignf(0.0f, x);
+        else {
+            const float f = floorf(y);
+            v = ldexpf(x, f > 400.0f ? 400 : f < -400.0f ? -400 : (int)f);
+        }
+        r[i] = (m >> i) & 1u ? 0.0f : v;
+    }
+    return r;
+}
 VINL unsigned vm_bits(vm m) { return m; }
 
 VINL vi vi_set1(int32_t x) {

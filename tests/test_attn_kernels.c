@@ -108,10 +108,13 @@ static void test_philox(void) {
 /* y[0..n) = exp(x[0..n)), n a multiple of 16 (isa_variants.h). */
 typedef void (*vexp_fn)(const float *x, float *y, size_t n);
 
-static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
+/* vexp_array: vf_exp on a layer; other: vf_exp on AVX2 (its bits must be
+ * the same) or NULL; nonpos: vf_exp_nonpos on the same layer as vexp_array,
+ * which must give vf_exp's bits for every x <= 88.37 and NaN. */
+static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other, vexp_fn nonpos) {
     enum { CH = 4096 };
     static float x[CH], y[CH], y2[CH];
-    size_t mismatches = 0;
+    size_t mismatches = 0, nonpos_mismatches = 0;
     double worst = 0.0;
     float worst_x = 0.0f;
     size_t count = 0;
@@ -137,6 +140,8 @@ static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
             other(x, y2, n8);
             for (size_t i = 0; i < n; i++) mismatches += memcmp(&y[i], &y2[i], 4) != 0;
         }
+        nonpos(x, y2, n8);
+        for (size_t i = 0; i < n; i++) nonpos_mismatches += memcmp(&y[i], &y2[i], 4) != 0;
         for (size_t i = 0; i < n; i++) {
             const double u = test_ulp_error(y[i], exp((double)x[i]));
             if (u > worst) {
@@ -152,12 +157,18 @@ static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
     if (other)
         CHECK(mismatches == 0, "vexp %s: %zu results differ from the AVX2 version", name,
               mismatches);
+    CHECK(nonpos_mismatches == 0, "vexp %s: vf_exp_nonpos differs from vf_exp in %zu of [-87, 0]",
+          name, nonpos_mismatches);
 
     /* positive values, specials */
     float px[16] = {0.0f, 1e-8f, 0.5f, 1.0f, 2.5f, 10.0f, 30.0f, 50.0f,
                     70.0f, 80.0f, 85.0f, 87.0f, 88.0f, 0.3465f, -0.3466f, 88.3f};
     float py[16];
     vexp_array(px, py, 16);
+    float npy[16];
+    nonpos(px, npy, 16);
+    CHECK(memcmp(py, npy, sizeof py) == 0, "vexp %s: vf_exp_nonpos differs from vf_exp in [0, 88.3]",
+          name);
     double wp = 0.0;
     for (int i = 0; i < 16; i++) {
         const double u = test_ulp_error(py[i], exp((double)px[i]));
@@ -166,9 +177,15 @@ static void test_vexp(const char *name, vexp_fn vexp_array, vexp_fn other) {
     printf("vexp %s: max error %.3f ULP on 16 points in [-0.35, 88.3]\n", name, wp);
     CHECK(wp <= 1.1, "vexp %s positive max error %.3f ULP", name, wp);
 
-    float sx[16] = {-INFINITY, -1000.0f, -88.0f, -87.5f, 0.0f, -0.0f, NAN, INFINITY};
-    float sy[16];
+    float sx[16] = {-INFINITY, -1000.0f, -88.0f, -87.5f, 0.0f, -0.0f, NAN, INFINITY,
+                    -87.3f, -87.29f, -87.2f, -87.1f, -87.05f, -87.0f, -86.9f, -1e-30f};
+    float sy[16], nsy[16];
     vexp_array(sx, sy, 16);
+    nonpos(sx, nsy, 16);
+    for (int i = 0; i < 16; i++) /* not +inf, which only vf_exp clamps */
+        CHECK(i == 7 || (isnan(sx[i]) ? isnan(nsy[i]) : memcmp(&sy[i], &nsy[i], 4) == 0),
+              "vexp %s: vf_exp_nonpos(%g) = %g, vf_exp %g", name, (double)sx[i], (double)nsy[i],
+              (double)sy[i]);
     CHECK(sy[0] == 0.0f && sy[1] == 0.0f && sy[2] == 0.0f && sy[3] == 0.0f,
           "vexp: x < -87.3 must give exactly 0 (%g %g %g %g)", (double)sy[0], (double)sy[1],
           (double)sy[2], (double)sy[3]);
@@ -662,9 +679,9 @@ int main(void) {
     test_philox();
 #if defined(MHA_HAVE_AVX2_KERNELS)
     if (avx2) {
-        test_vexp("avx2", vexp_array_avx2, NULL);
+        test_vexp("avx2", vexp_array_avx2, NULL, vexpn_array_avx2);
 #if MHA_TEST_EMULATIONS
-        test_vexp("gen16", vexp_array_gen16, vexp_array_avx2);
+        test_vexp("gen16", vexp_array_gen16, vexp_array_avx2, vexpn_array_gen16);
         test_philox_words("gen16", mha__philox_words_gen16, 16);
         test_philox_words("avx2w32", mha__philox_words_avx2w32, 8);
 #endif
@@ -672,7 +689,7 @@ int main(void) {
 #endif
 #if defined(MHA_HAVE_AVX512_KERNELS)
     if (avx512) {
-        test_vexp("avx512", vexp_array_avx512, vexp_array_avx2);
+        test_vexp("avx512", vexp_array_avx512, vexp_array_avx2, vexpn_array_avx512);
         test_philox_words("avx512", mha__philox_words_avx512, 16);
     }
 #endif

@@ -8,6 +8,10 @@ void vexp_array_avx2(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_exp(vf_loadu(x + i)));
 }
 
+void vexpn_array_avx2(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_exp_nonpos(vf_loadu(x + i)));
+}
+
 void vtanh_array_avx2(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i += VW) vf_storeu(y + i, vf_tanh(vf_loadu(x + i)));
 }

@@ -194,7 +194,9 @@ static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, 
  * k0; lanes = rows p0 ..): PM^T = P m and dS^T = scale P (m dP - delta),
  * P = exp((S - mx) - log l); rows n .. kn-1 of both are zeroed (keys the
  * panel does not see). mx, logl, delta: PW lanes each, the padding lanes
- * +inf, 0 and 0 (P = 0 there). */
+ * +inf, 0 and 0 (P = 0 there). With the forward's mx and log l (the same
+ * S; l >= 1) the exponent is at most 0, so vf_exp_nonpos: vf_exp's bits
+ * for any exponent up to 88.37. */
 static void grad_panel(const keep_src *ks, const float *st, const float *dpt, int64_t n,
                        int64_t kn, int64_t k0, int64_t p0, int64_t row_max, const float *mx,
                        const float *logl, const float *delta, float drop_scale, float scale,
@@ -212,7 +214,7 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) {
                 const int64_t o = j * PW + VW * v;
-                const vf p = vf_exp(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
+                const vf p = vf_exp_nonpos(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
                 vf_store(pm + o, p);
                 vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(vf_load(dpt + o), dl[v])), sc));
             }
@@ -229,7 +231,7 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++) {
                     const int64_t o = j * PW + VW * v;
-                    const vf p = vf_exp(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
+                    const vf p = vf_exp_nonpos(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
                     const vf mdp = vf_keep(mk[r][v], vf_mul(vf_load(dpt + o), dsc));
                     vf_store(pm + o, vf_keep(mk[r][v], vf_mul(p, dsc)));
                     vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(mdp, dl[v])), sc));

@@ -124,7 +124,7 @@ static void softmax_panel(const keep_src *a, float *st, int64_t n, int64_t k0, i
         vf al[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
-            al[v] = vf_exp(vf_sub(vf_load(mrow + VW * v), ms[v]));
+            al[v] = vf_exp_nonpos(vf_sub(vf_load(mrow + VW * v), ms[v]));
             l[v] = vf_mul(l[v], al[v]);
         }
         for (int64_t c = 0; c < HD; c++)
@@ -139,7 +139,7 @@ static void softmax_panel(const keep_src *a, float *st, int64_t n, int64_t k0, i
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++) {
                 float *r = st + j * PW + VW * v;
-                const vf p = vf_exp(vf_sub(vf_load(r), ms[v]));
+                const vf p = vf_exp_nonpos(vf_sub(vf_load(r), ms[v]));
                 s[v] = vf_add(s[v], p);
                 vf_store(r, p);
             }
@@ -154,7 +154,7 @@ static void softmax_panel(const keep_src *a, float *st, int64_t n, int64_t k0, i
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++) {
                     float *r = st + (j + q) * PW + VW * v;
-                    const vf p = vf_exp(vf_sub(vf_load(r), ms[v]));
+                    const vf p = vf_exp_nonpos(vf_sub(vf_load(r), ms[v]));
                     s[v] = vf_add(s[v], p);
                     vf_store(r, vf_keep(mk[q][v], p));
                 }
@@ -258,17 +258,17 @@ static void row_fwd(const mha__attn_args *a, int64_t i, float *scratch) {
         const float mn = m > tm ? m : tm, ms = mn == -INFINITY ? 0.0f : mn;
         if (!(mn == m)) { /* changed (vf_neq_u: NaN counts) */
             float al[VW];
-            vf_storeu(al, vf_exp(vf_set1(m - ms)));
+            vf_storeu(al, vf_exp_nonpos(vf_set1(m - ms)));
             l *= al[0];
             for (int64_t c = 0; c < HD; c++) o[c] *= al[0];
         }
         const vf msv = vf_set1(ms);
         int64_t j = 0;
-        for (; j + VW <= kn; j += VW) vf_storeu(sp + j, vf_exp(vf_sub(vf_loadu(sp + j), msv)));
+        for (; j + VW <= kn; j += VW) vf_storeu(sp + j, vf_exp_nonpos(vf_sub(vf_loadu(sp + j), msv)));
         if (j < kn) {
             float t[VW];
-            for (int u = 0; u < VW; u++) t[u] = j + u < kn ? sp[j + u] : 0.0f;
-            vf_storeu(t, vf_exp(vf_sub(vf_loadu(t), msv)));
+            for (int u = 0; u < VW; u++) t[u] = j + u < kn ? sp[j + u] : -INFINITY; /* exp: 0 */
+            vf_storeu(t, vf_exp_nonpos(vf_sub(vf_loadu(t), msv)));
             for (int u = 0; j + u < kn; u++) sp[j + u] = t[u];
         }
         float sum = 0.0f;

@@ -41,6 +41,10 @@ VINL vf vf_keep(vm m, vf x) { return _mm512_maskz_mov_ps(m, x); }
 VINL vf vf_zero_where(vm m, vf x) { return _mm512_maskz_mov_ps((__mmask16)~m, x); }
 VINL int vm_any(vm m) { return m != 0; }
 VINL vm vm_or(vm a, vm b) { return (vm)(a | b); }
+/* m ? 0 : a * 2^floor(b), rounded once (vscalefps; simd_exp.h's exp uses
+ * it where a layer has it: VF_HAS_SCALEF) */
+#define VF_HAS_SCALEF 1
+VINL vf vf_scalef_zero_where(vm m, vf a, vf b) { return _mm512_maskz_scalef_ps((__mmask16)~m, a, b); }
 
 VINL vf vf_load_bf16(const uint16_t *p) {
     const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);

@@ -10,7 +10,8 @@
  * relative error on [-ln2/2, ln2/2] (Lawson iteration; 3.7e-9 with the
  * coefficients rounded to float, far below the evaluation error).
  * The rounding to n uses the 1.5*2^23 shifter (one FMA); 2^n is built by
- * shifting n into the exponent field.
+ * shifting n into the exponent field (or, in vf_exp_nonpos on AVX-512,
+ * applied by vscalefps).
  *
  * Range: x < -87.3 (including -inf) -> exactly 0 (the result would be
  * subnormal or within 2% of FLT_MIN; flushing keeps everything normal);
@@ -29,9 +30,9 @@
 #endif
 
 /* The shared reduction, on an x already clamped to [-87.3, 88.37] (or
- * NaN): *p2n = 2^n (a normal float), the return value exp(r) - 1 with
- * exp(x) = 2^n exp(r). */
-VINL vf vf_exp_reduce(vf x, vf *p2n) {
+ * NaN): the return value exp(r) - 1, *n = n and *z = 1.5*2^23 + n (whose
+ * low bits hold n) with exp(x) = 2^n exp(r). */
+VINL vf vf_exp_poly(vf x, vf *n, vf *z) {
     const vf log2e = vf_set1(0x1.715476p+0f);
     const vf shifter = vf_set1(0x1.8p23f);
     const vf ln2_hi = vf_set1(0x1.62e400p-1f);
@@ -42,18 +43,26 @@ VINL vf vf_exp_reduce(vf x, vf *p2n) {
     const vf c5 = vf_set1(0x1.123a0ep-7f);
     const vf c6 = vf_set1(0x1.6a2454p-10f);
 
-    const vf z = vf_fmadd(x, log2e, shifter); /* 1.5*2^23 + n */
-    const vf n = vf_sub(z, shifter);
-    vf r = vf_fnmadd(n, ln2_hi, x); /* exact */
-    r = vf_fnmadd(n, ln2_lo, r);
+    *z = vf_fmadd(x, log2e, shifter); /* 1.5*2^23 + n */
+    *n = vf_sub(*z, shifter);
+    vf r = vf_fnmadd(*n, ln2_hi, x); /* exact */
+    r = vf_fnmadd(*n, ln2_lo, r);
     const vf r2 = vf_mul(r, r);
     vf p = vf_fmadd(c6, r, c5);
     p = vf_fmadd(p, r, c4);
     p = vf_fmadd(p, r, c3);
     p = vf_fmadd(p, r, c2);
-    p = vf_fmadd(p, r2, r); /* exp(r) - 1 */
-    /* 2^n: the low bits of z hold n (two's complement); n in [-126, 127]. */
-    *p2n = vi_as_vf(vi_add(vi_shl(vf_as_vi(z), 23), vi_set1(0x3F800000)));
+    return vf_fmadd(p, r2, r); /* exp(r) - 1 */
+}
+
+/* 2^n from z: the low bits of z hold n (two's complement); n in [-126, 127]. */
+VINL vf vf_exp_pow2(vf z) { return vi_as_vf(vi_add(vi_shl(vf_as_vi(z), 23), vi_set1(0x3F800000))); }
+
+/* *p2n = 2^n (a normal float), the return value exp(r) - 1. */
+VINL vf vf_exp_reduce(vf x, vf *p2n) {
+    vf n, z;
+    const vf p = vf_exp_poly(x, &n, &z);
+    *p2n = vf_exp_pow2(z);
     return p;
 }
 
@@ -65,6 +74,28 @@ VINL vf vf_exp(vf x) {
     p = vf_add(p, vf_set1(1.0f)); /* exp(r) */
     p = vf_mul(p, s);
     return vf_zero_where(under, p);
+}
+
+/* vf_exp's bits for x <= 0 or NaN (the softmax's s - max), indeed for any
+ * x <= 88.37: without the upper clamp, which such x never reach, and on a
+ * layer with
+ * vscalefps (VF_HAS_SCALEF) exp(r) 2^n in one instruction instead of
+ * building 2^n and multiplying: both round the same exact product once,
+ * so the bits are the same (tests/test_attn_kernels.c compares this
+ * layer's kernel with simd_avx2.h's). 3 of the 19 vector operations of
+ * the forward's exp pass per vector; on a 2-core Intel Xeon with AVX-512
+ * bench_attn_core (8, 1024) ran 61.9-62.0 ms against 62.5-63.4. */
+VINL vf vf_exp_nonpos(vf x) {
+    const vm under = vf_lt(x, vf_set1(-87.3f)); /* false for NaN */
+    vf n, z;
+    const vf p = vf_add(vf_exp_poly(x, &n, &z), vf_set1(1.0f)); /* exp(r) */
+#ifdef VF_HAS_SCALEF
+    (void)z;
+    return vf_scalef_zero_where(under, p, n);
+#else
+    (void)n;
+    return vf_zero_where(under, vf_mul(p, vf_exp_pow2(z)));
+#endif
 }
 
 /* expm1(x) = exp(x) - 1 without the cancellation near 0: 2^n (exp(r) - 1)
