@@ -1,4 +1,6 @@
-/* test_threads.c — results do not depend on the thread count: the
+/* test_threads.c — mha__parallel_units runs every unit once, its threads
+ * taking over a held-up thread's share; and results do not depend on the
+ * thread count: the
  * projection GEMM (tiled by shape, tests/test_gemm.c checks its values) and
  * its one-row GEMV (decode's), the module forward in eval mode, with
  * PyTorch's dropout mask and with the Philox mask, for MultiHeadAttention
@@ -8,6 +10,7 @@
  * set this CPU has (each named).
  * Without OpenMP there is nothing to compare: the program reports a skip
  * (exit status 77). */
+#include "common/common.h"
 #include "kernels/drivers.h"
 #include "test_util.h"
 
@@ -15,6 +18,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const int THREADS[] = {1, 2, 3, 4};
 enum { NTHREADS = 4 };
@@ -146,9 +150,74 @@ static void gpt_case(const char *isa, int64_t T) {
     mha_gpt_free(m);
 }
 
+/* ---- mha__parallel_units ------------------------------------------------- */
+
+typedef struct {
+    int64_t n;
+    int nt;
+    int *runs;      /* per unit: how many times it ran */
+    int *thread;    /* per unit: the thread that ran it */
+    int64_t fail_at; /* the unit that returns false, or -1 */
+    int64_t hold;   /* the unit that waits until another thread took one of its share, or -1 */
+    int64_t share0; /* the end of thread 0's share */
+    int stolen;     /* a unit of thread 0's share ran on another thread */
+    int bad_t;      /* a call with t outside [0, nt) */
+} units_probe;
+
+static bool probe_unit(void *arg, int64_t u, int t) {
+    units_probe *p = arg;
+    if (t < 0 || t >= p->nt) __atomic_store_n(&p->bad_t, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&p->runs[u], 1, __ATOMIC_RELAXED);
+    p->thread[u] = t;
+    if (t != 0 && u < p->share0) __atomic_store_n(&p->stolen, 1, __ATOMIC_RELEASE);
+    if (u == p->hold) /* up to 10 s: long enough for a loaded host to run the others */
+        for (int i = 0; i < 10000 && !__atomic_load_n(&p->stolen, __ATOMIC_ACQUIRE); i++)
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return u != p->fail_at;
+}
+
+static void units_case(int64_t n, int nt, int64_t fail_at, int64_t hold) {
+    units_probe p = {n, nt, calloc((size_t)n + 1, sizeof(int)), calloc((size_t)n + 1, sizeof(int)),
+                     fail_at, hold, nt > 0 ? n / nt : n, 0, 0};
+    REQUIRE(p.runs && p.thread, "alloc");
+    const bool ok = mha__parallel_units(n, nt, probe_unit, &p);
+    int64_t twice = 0, never = 0;
+    for (int64_t u = 0; u < n; u++) {
+        twice += p.runs[u] > 1;
+        never += p.runs[u] == 0;
+    }
+    CHECK(!p.bad_t, "parallel_units(%lld, %d): a thread number outside [0, %d)", (long long)n, nt, nt);
+    CHECK(twice == 0, "parallel_units(%lld, %d): %lld units ran more than once", (long long)n, nt,
+          (long long)twice);
+    if (fail_at < 0) {
+        CHECK(ok && never == 0, "parallel_units(%lld, %d): %s, %lld units never ran", (long long)n, nt,
+              ok ? "true" : "false", (long long)never);
+    } else {
+        CHECK(!ok && p.runs[fail_at] == 1, "parallel_units(%lld, %d): unit %lld returned false, the call %s",
+              (long long)n, nt, (long long)fail_at, ok ? "true" : "false");
+    }
+    if (hold >= 0)
+        CHECK(p.stolen, "parallel_units(%lld, %d): thread 0 held up in unit %lld, no other thread took its share",
+              (long long)n, nt, (long long)hold);
+    free(p.runs);
+    free(p.thread);
+}
+
+static void units_cases(void) {
+    const int nts[] = {1, 2, 3, 4, 70}; /* 70: more threads than shares */
+    const int64_t ns[] = {0, 1, 2, 7, 100, 1001};
+    for (size_t i = 0; i < sizeof nts / sizeof nts[0]; i++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) units_case(ns[j], nts[i], -1, -1);
+    units_case(100, 3, 5, -1);   /* a failure stops the units not yet started */
+    units_case(1000, 2, 999, -1);
+    units_case(40, 2, -1, 0);    /* thread 0 held up in its first unit: thread 1 takes its share's back */
+    units_case(90, 3, -1, 0);
+}
+
 int main(void) {
     REQUIRE(mha_runtime_set_threads(3) == MHA_OK, "set 3 threads");
     if (mha_runtime_threads() != 3) TEST_SKIP("test_threads", "built without OpenMP: one thread only");
+    units_cases();
     const char *const isas[] = {"ref", "avx2", "avx512"};
     for (int k = 0; k < 3; k++) {
         if (!TEST_USE_ISA(isas[k])) continue;

@@ -1,9 +1,13 @@
 /* attention.c — runs one attention kernel per (batch, head, query block),
  * in parallel: head by head, the costliest (last) query blocks of a head
  * first (with PyTorch's mask, the first head's in row order, as its rows
- * are drawn); at T >= 512 over a packed QKV buffer, each thread first
- * copies the head's keys and values to contiguous scratch
- * (fwd_packs_heads). The result of every row is computed by one kernel
+ * are drawn, and the next task to whichever thread is free; otherwise each
+ * thread first takes its share of the heads, the band of the batch whose
+ * QKV rows its share of the GEMM's tiles wrote: mha__parallel_units). The
+ * backward's (batch, head, key chunk) tasks are dealt the same way. At
+ * T >= 512 over a packed QKV buffer, each thread first copies the head's
+ * keys and values to contiguous scratch (fwd_packs_heads). The result of
+ * every row is computed by one kernel
  * call with key tiles at fixed positions, so it does not depend on the
  * number of threads. */
 #include "attention.h"
@@ -331,6 +335,13 @@ static void fwd_team(void *arg, int t, int nt) {
         for (int64_t task = t0; task < t0 + ft->chunk && task < ft->ntasks; task++) fwd_task(ft, task, t);
 }
 
+/* mha__parallel_units' unit: chunk u of the tasks. */
+static bool fwd_unit(void *arg, int64_t u, int t) {
+    const fwd_tasks *ft = arg;
+    for (int64_t task = u * ft->chunk; task < (u + 1) * ft->chunk && task < ft->ntasks; task++) fwd_task(ft, task, t);
+    return true;
+}
+
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
     if (threads_st != MHA_OK) return threads_st;
@@ -341,7 +352,6 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
                          need, ws_size);
     const int nt = mha__max_threads();
     const bool par = worth_threads(d);
-    (void)par;
     size_t kernel_bytes;
     const size_t per = fwd_scratch_bytes(d, &kernel_bytes);
     char *scratch = ws;
@@ -392,11 +402,15 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
     if (par && mha__team_run(fwd_team, &ft)) {
         /* done by the decode step's team */
     } else {
+        if (md.bits) { /* drawn in head order: the next task to whichever thread is free */
 #if defined(MHA_HAVE_OPENMP)
-        const int ck = (int)ft.chunk;
+            const int ck = (int)ft.chunk;
 #pragma omp parallel for schedule(dynamic, ck) num_threads(nt) if (par)
 #endif
-        for (int64_t task = 0; task < ft.ntasks; task++) fwd_task(&ft, task, mha__thread_num());
+            for (int64_t task = 0; task < ft.ntasks; task++) fwd_task(&ft, task, mha__thread_num());
+        } else { /* each thread its share of the batch, as the QKV GEMM's rows */
+            mha__parallel_units((ft.ntasks + ft.chunk - 1) / ft.chunk, par ? nt : 1, fwd_unit, &ft);
+        }
     }
 #if defined(MHA_HAVE_OPENMP)
     if (md.bits) omp_destroy_lock(&md.lock);
@@ -490,6 +504,69 @@ static void add_row(float *restrict y, const float *restrict x, int64_t n) {
     for (; i < n; i++) y[i] += x[i];
 }
 
+/* The backward's tasks: (batch, head, key chunk) in that order, so that a
+ * thread's share of them is a band of the batch (mha__parallel_units). */
+typedef struct {
+    const mha__attention_desc *d;
+    const float *dout;
+    int64_t ld_dout;
+    float *dqkv;
+    char *base;
+    const bwd_layout *L;
+    const float *delta;
+    float *partial;
+    int64_t nc;
+    const mha__kernels *k;
+} bwd_tasks;
+
+static bool bwd_unit(void *arg, int64_t task, int tid) {
+    const bwd_tasks *bt = arg;
+    const mha__attention_desc *d = bt->d;
+    const int64_t T = d->T, H = d->H, HD = d->HD, BH = d->B * H, nc = bt->nc, keep_ld = (T + 63) / 64;
+    const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
+    mha__attn_args f = {0};
+    fill_head(d, &f, b, h);
+    mha__attn_bwd_args a = {0};
+    const int64_t off = b * T * d->ld_qkv + h * d->head_stride;
+    a.q = f.q;
+    a.k = f.k;
+    a.v = f.v;
+    a.ldq = a.ldk = a.ldv = d->ld_qkv;
+    a.dout = bt->dout + b * T * bt->ld_dout + h * HD;
+    a.lddo = bt->ld_dout;
+    a.stats = d->stats + bh * T * 2;
+    a.delta = bt->delta + bh * T;
+    if (c == 0) {
+        a.dq = bt->dqkv + off + d->q_base;
+        a.lddq = d->ld_qkv;
+    } else {
+        a.dq = bt->partial + ((c - 1) * BH + bh) * T * HD;
+        a.lddq = HD;
+    }
+    a.dq_set = true; /* each chunk's dQ from zero, not read */
+    a.dk = bt->dqkv + off + d->k_base;
+    a.dv = bt->dqkv + off + d->v_base;
+    a.lddk = a.lddv = d->ld_qkv;
+    a.T = T;
+    a.HD = HD;
+    chunk_keys(d, c, nc, &a.k_begin, &a.k_end);
+    a.scale = d->scale;
+    a.causal = d->causal;
+    a.drop_scale = f.drop_scale;
+    if (d->dropout == MHA_DROPOUT_TORCH) {
+        a.drop = MHA_DROP_BITMASK;
+        a.keep = d->keep_bits + bh * T * keep_ld;
+        a.keep_ld = keep_ld;
+    } else if (d->dropout == MHA_DROPOUT_PHILOX) {
+        a.drop = MHA_DROP_PHILOX;
+        a.philox_seed = f.philox_seed;
+        a.philox_stream = f.philox_stream;
+        a.keep_threshold = f.keep_threshold;
+    }
+    bt->k->attn_bwd(&a, (float *)(void *)(bt->base + bt->L->scratch + bt->L->per * (size_t)tid));
+    return true;
+}
+
 mha_status mha__attention_backward(const mha__attention_desc *d, const float *dout,
                                    int64_t ld_dout, float *dqkv, void *ws, size_t ws_size) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
@@ -505,13 +582,12 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         return mha__fail(MHA_ERR_ARGUMENT, "attention backward needs the forward's dropout mask");
     const int nt = mha__max_threads();
     const bool par = worth_threads(d);
-    (void)nt, (void)par; /* only the OpenMP pragmas use them */
     char *base = ws;
     float *delta_ws = (float *)(void *)(base + L.delta);
     const float *delta = d->delta ? d->delta : delta_ws;
     float *partial = (float *)(void *)(base + L.partial);
     const int64_t B = d->B, T = d->T, H = d->H, HD = d->HD, BH = B * H;
-    const int64_t nc = bwd_chunks(d), keep_ld = (T + 63) / 64;
+    const int64_t nc = bwd_chunks(d);
     const mha__kernels *k = kernels_of(d);
 
     /* delta = rowsum(dO * O) per head, unless given */
@@ -529,54 +605,8 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
         }
     }
 
-    const int64_t ntasks = BH * nc;
-#if defined(MHA_HAVE_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (par)
-#endif
-    for (int64_t task = 0; task < ntasks; task++) {
-        const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
-        const int tid = mha__thread_num();
-        mha__attn_args f = {0};
-        fill_head(d, &f, b, h);
-        mha__attn_bwd_args a = {0};
-        const int64_t off = b * T * d->ld_qkv + h * d->head_stride;
-        a.q = f.q;
-        a.k = f.k;
-        a.v = f.v;
-        a.ldq = a.ldk = a.ldv = d->ld_qkv;
-        a.dout = dout + b * T * ld_dout + h * HD;
-        a.lddo = ld_dout;
-        a.stats = d->stats + bh * T * 2;
-        a.delta = delta + bh * T;
-        if (c == 0) {
-            a.dq = dqkv + off + d->q_base;
-            a.lddq = d->ld_qkv;
-        } else {
-            a.dq = partial + ((c - 1) * BH + bh) * T * HD;
-            a.lddq = HD;
-        }
-        a.dq_set = true; /* each chunk's dQ from zero, not read */
-        a.dk = dqkv + off + d->k_base;
-        a.dv = dqkv + off + d->v_base;
-        a.lddk = a.lddv = d->ld_qkv;
-        a.T = T;
-        a.HD = HD;
-        chunk_keys(d, c, nc, &a.k_begin, &a.k_end);
-        a.scale = d->scale;
-        a.causal = d->causal;
-        a.drop_scale = f.drop_scale;
-        if (d->dropout == MHA_DROPOUT_TORCH) {
-            a.drop = MHA_DROP_BITMASK;
-            a.keep = d->keep_bits + bh * T * keep_ld;
-            a.keep_ld = keep_ld;
-        } else if (d->dropout == MHA_DROPOUT_PHILOX) {
-            a.drop = MHA_DROP_PHILOX;
-            a.philox_seed = f.philox_seed;
-            a.philox_stream = f.philox_stream;
-            a.keep_threshold = f.keep_threshold;
-        }
-        k->attn_bwd(&a, (float *)(void *)(base + L.scratch + L.per * (size_t)tid));
-    }
+    const bwd_tasks bt = {d, dout, ld_dout, dqkv, base, &L, delta, partial, nc, k};
+    mha__parallel_units(BH * nc, par ? nt : 1, bwd_unit, (void *)&bt);
 
     /* dQ = chunk 0's rows (written in place) + the other chunks' rows, in
      * chunk order. A chunk writes only the rows that see its keys (causal:

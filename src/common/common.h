@@ -112,6 +112,23 @@ int mha__thread_num(void);
  * one-at-a-time scheduler. */
 void mha__spin_pause(unsigned *n);
 
+/* fn(arg, u, t) for every unit u in [0, n), on up to nt threads (t the
+ * thread's number, below nt), in a parallel region of its own (or on the
+ * calling thread alone: nt < 2, n < 2, without OpenMP or inside a parallel
+ * region). Thread t first takes the units of its share, [n t / nt, n (t +
+ * 1) / nt), in order; a thread whose share is done takes units from the
+ * back of the others'. So with threads that keep pace each runs the units
+ * a static schedule gives it, the same share of rows for the GEMM that
+ * writes a buffer and for the attention that reads it next, which then
+ * finds its rows in its own core's cache; a thread held up (by another
+ * tenant of the host) is relieved as with a dynamic schedule. Once a call
+ * returns false no unit not yet started is run, and the result is false;
+ * true when all returned true. On the 2-core Xeon, attention after the
+ * QKV GEMM at (8, 256): 6.1 ms with both dynamic, 4.5 with shares
+ * (docs/performance.md). */
+typedef bool mha__unit_fn(void *arg, int64_t u, int t);
+bool mha__parallel_units(int64_t n, int nt, mha__unit_fn *fn, void *arg);
+
 /* A team for a run of short parallel steps (a decode step's 49 GEMVs and
  * 12 attentions, each a few to a hundred microseconds): mha__team_serve
  * runs body(arg) on the calling thread while the other threads of one

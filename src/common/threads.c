@@ -153,6 +153,71 @@ bool mha__team_run(mha__team_fn *fn, void *arg) {
 }
 #endif
 
+#if defined(MHA_HAVE_OPENMP)
+/* mha__parallel_units' shares: [lo, hi) of the units in one word, lo in the
+ * low 32 bits, each word on its own line; the owner takes lo (lo + 1), a
+ * thief hi - 1 (hi - 1), each by one compare-and-swap of the word, so a
+ * unit is taken once. Units are dealt in groups of g (units >= 2^32 would
+ * not fit a word: g = 1 but for impossibly large n). More threads than
+ * shares share shares. */
+enum { SHARES = 64 };
+typedef struct {
+    _Alignas(64) uint64_t w;
+} share;
+
+static bool take(share *s, bool own, uint64_t *unit) {
+    uint64_t w = __atomic_load_n(&s->w, __ATOMIC_RELAXED);
+    for (;;) {
+        const uint64_t lo = w & 0xffffffffu, hi = w >> 32;
+        if (lo >= hi) return false;
+        const uint64_t nw = own ? w + 1 : w - ((uint64_t)1 << 32);
+        if (__atomic_compare_exchange_n(&s->w, &w, nw, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            *unit = own ? lo : hi - 1;
+            return true;
+        }
+    }
+}
+#endif
+
+bool mha__parallel_units(int64_t n, int nt, mha__unit_fn *fn, void *arg) {
+    if (n <= 0) return true;
+#if defined(MHA_HAVE_OPENMP)
+    if (nt > 1 && n > 1 && !omp_in_parallel()) {
+        const int ns = nt < SHARES ? nt : SHARES;
+        const uint64_t g = (uint64_t)n / 0xffffffffu + 1, groups = ((uint64_t)n + g - 1) / g;
+        share sh[SHARES];
+        for (int i = 0; i < ns; i++) {
+            const uint64_t lo = groups * (uint64_t)i / (uint64_t)ns, hi = groups * (uint64_t)(i + 1) / (uint64_t)ns;
+            sh[i].w = lo | hi << 32;
+        }
+        bool failed = false;
+#pragma omp parallel num_threads(nt)
+        {
+            const int t = omp_get_thread_num(), own = t % ns;
+            uint64_t grp;
+            for (int k = 0; k < ns && !__atomic_load_n(&failed, __ATOMIC_RELAXED);) {
+                if (!take(&sh[(own + k) % ns], k == 0, &grp)) {
+                    k++; /* this share is done: the next one's back */
+                    continue;
+                }
+                const int64_t u1 = (int64_t)((grp + 1) * g < (uint64_t)n ? (grp + 1) * g : (uint64_t)n);
+                for (int64_t u = (int64_t)(grp * g); u < u1; u++)
+                    if (__atomic_load_n(&failed, __ATOMIC_RELAXED) || !fn(arg, u, t)) {
+                        __atomic_store_n(&failed, true, __ATOMIC_RELAXED);
+                        break;
+                    }
+            }
+        }
+        return !failed;
+    }
+#else
+    (void)nt;
+#endif
+    for (int64_t u = 0; u < n; u++)
+        if (!fn(arg, u, 0)) return false;
+    return true;
+}
+
 void mha__spin_pause(unsigned *n) {
     if (++*n < (1u << 14)) {
 #if defined(__x86_64__) || defined(__i386__)

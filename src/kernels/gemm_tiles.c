@@ -5,7 +5,10 @@
  * function of (M, N, K) alone (plan_tiles), computes each tile with one
  * single-threaded call of the active table's gemm kernel (the backend, the
  * builtin packed GEMM, or the reference loops), and deals the tiles to
- * OpenMP threads. An element of C is therefore computed by the same call on
+ * OpenMP threads, each its share of them first, a band of C's rows
+ * (mha__parallel_units: the attention after a QKV GEMM and the out_proj
+ * after the attention find their rows in the cache of the core that wrote
+ * them). An element of C is therefore computed by the same call on
  * the same operands whatever the thread count, and OpenBLAS's or oneDNN's
  * own threading (whose splits depend on the thread count) never runs. */
 #include "common/common.h"
@@ -344,6 +347,17 @@ static mha_status reserve_status(size_t bytes, int64_t M, int64_t N, int64_t K) 
     return gemm_nomem(what, M, N, K);
 }
 
+#if defined(MHA_HAVE_OPENMP)
+/* mha__parallel_units' unit: tile u. The backend must not start threads of
+ * its own: oneDNN reads this thread's OpenMP setting (which lives and dies
+ * with the parallel region's implicit task). */
+static bool tile_unit(void *job, int64_t u, int t) {
+    (void)t;
+    omp_set_num_threads(1);
+    return run_tile(job, u);
+}
+#endif
+
 /* B^T may instead be 16-bit weights W16 (trans_b, B NULL, w16 their
  * dtype): widened per tile (or in the GEMV kernel). */
 static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -368,16 +382,8 @@ static mha_status sgemm_tiled(bool trans_a, bool trans_b, int64_t M, int64_t N, 
         const int nt = omp_get_max_threads() < ntiles ? omp_get_max_threads() : (int)ntiles;
         const size_t short_of = on_backend ? mha__backend_reserve(nt) : 0;
         if (short_of) return reserve_status(short_of, M, N, K);
-#pragma omp parallel num_threads(nt) reduction(|| : failed)
-        {
-            /* The backend must not start threads of its own: oneDNN reads
-             * this thread's OpenMP setting (the setting lives and dies with
-             * this parallel region's implicit task). */
-            omp_set_num_threads(1);
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < ntiles; t++)
-                if (!failed && !run_tile(&j, t)) failed = true;
-        }
+        /* tiles in row-major order: a thread's share is a band of rows */
+        failed = !mha__parallel_units(ntiles, nt, tile_unit, &j);
         return gemm_status(failed, on_backend, M, N, K);
     }
     if (!omp_in_parallel()) {
