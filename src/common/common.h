@@ -124,7 +124,7 @@ void mha__spin_pause(unsigned *n);
  * tenant of the host) is relieved as with a dynamic schedule. Once a call
  * returns false no unit not yet started is run, and the result is false;
  * true when all returned true. On the 2-core Xeon, attention after the
- * QKV GEMM at (8, 256): 6.1 ms with both dynamic, 4.5 with shares
+ * QKV GEMM at (8, 256): 5.6-6.2 ms with both dynamic, 4.3 with shares
  * (docs/performance.md). */
 typedef bool mha__unit_fn(void *arg, int64_t u, int t);
 bool mha__parallel_units(int64_t n, int nt, mha__unit_fn *fn, void *arg);

@@ -84,7 +84,7 @@ VINL vf vf_exp(vf x) {
  * so the bits are the same (tests/test_attn_kernels.c compares this
  * layer's kernel with simd_avx2.h's). 3 of the 19 vector operations of
  * the forward's exp pass per vector; on a 2-core Intel Xeon with AVX-512
- * bench_attn_core (8, 1024) ran 61.9-62.0 ms against 62.5-63.4. */
+ * bench_attn_core (8, 1024) ran 61.3-61.8 ms against 62.4-63.6. */
 VINL vf vf_exp_nonpos(vf x) {
     const vm under = vf_lt(x, vf_set1(-87.3f)); /* false for NaN */
     vf n, z;
