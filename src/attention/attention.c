@@ -4,10 +4,9 @@
  * are drawn), each thread first taking its share of the heads, the band of
  * the batch whose QKV rows its share of the GEMM's tiles wrote
  * (mha__parallel_units). The backward's (batch, head, key chunk) tasks are
- * dealt the same way. At
- * T >= 512 over a packed QKV buffer, each thread first copies the head's
- * keys and values to contiguous scratch (fwd_packs_heads). The result of
- * every row is computed by one kernel
+ * dealt the same way. At T >= 512 over a packed QKV buffer, each thread
+ * first copies the head's keys and values to contiguous scratch
+ * (fwd_packs_heads). The result of every row is computed by one kernel
  * call with key tiles at fixed positions, so it does not depend on the
  * number of threads. */
 #include "attention.h"

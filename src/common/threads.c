@@ -155,11 +155,11 @@ bool mha__team_run(mha__team_fn *fn, void *arg) {
 
 #if defined(MHA_HAVE_OPENMP)
 /* mha__parallel_units' shares: [lo, hi) of the units in one word, lo in the
- * low 32 bits, each word on its own line; the owner takes lo (lo + 1), a
- * thief hi - 1 (hi - 1), each by one compare-and-swap of the word, so a
- * unit is taken once. Units are dealt in groups of g (units >= 2^32 would
- * not fit a word: g = 1 but for impossibly large n). More threads than
- * shares share shares. */
+ * low 32 bits, each word on its own line; the owner takes unit lo (the word
+ * then says lo + 1), a thief unit hi - 1 (the word then says hi - 1), each
+ * by one compare-and-swap of the word, so a unit is taken once. Units are
+ * dealt in groups of g (2^32 units would not fit a word: g is 1 but for
+ * impossibly large n). More threads than shares share shares. */
 enum { SHARES = 64 };
 typedef struct {
     _Alignas(64) uint64_t w;
