@@ -262,7 +262,7 @@ typedef struct {
     int64_t nqb0, nqb, ntasks; /* the first query block, blocks per head, tasks */
     int nt;                    /* threads the scratch has room for */
     int64_t chunk;             /* tasks a thread takes at a time: 1, or a head's */
-    int64_t next;              /* the next task not taken (a team's) */
+    int64_t next;              /* the next unit not taken (a team's) */
 } fwd_tasks;
 
 static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
@@ -323,22 +323,21 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
     ft->k->attn_fwd(&a, (float *)(void *)own);
 }
 
-/* A team thread's share: the next chunk of tasks not taken, until none is
- * left (as schedule(dynamic, chunk)); a thread past the scratch's room
- * takes none. */
-static void fwd_team(void *arg, int t, int nt) {
-    (void)nt;
-    fwd_tasks *ft = arg;
-    if (t >= ft->nt) return;
-    for (int64_t t0; (t0 = __atomic_fetch_add(&ft->next, ft->chunk, __ATOMIC_RELAXED)) < ft->ntasks;)
-        for (int64_t task = t0; task < t0 + ft->chunk && task < ft->ntasks; task++) fwd_task(ft, task, t);
-}
-
-/* mha__parallel_units' unit: chunk u of the tasks. */
+/* A unit of the forward: chunk u of the tasks. */
 static bool fwd_unit(void *arg, int64_t u, int t) {
     const fwd_tasks *ft = arg;
     for (int64_t task = u * ft->chunk; task < (u + 1) * ft->chunk && task < ft->ntasks; task++) fwd_task(ft, task, t);
     return true;
+}
+
+/* A team thread's share: the next unit not taken, until none is left (as
+ * schedule(dynamic)); a thread past the scratch's room takes none. */
+static void fwd_team(void *arg, int t, int nt) {
+    (void)nt;
+    fwd_tasks *ft = arg;
+    if (t >= ft->nt) return;
+    const int64_t units = (ft->ntasks + ft->chunk - 1) / ft->chunk;
+    for (int64_t u; (u = __atomic_fetch_add(&ft->next, 1, __ATOMIC_RELAXED)) < units;) fwd_unit(ft, u, t);
 }
 
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size) {

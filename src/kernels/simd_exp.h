@@ -10,8 +10,7 @@
  * relative error on [-ln2/2, ln2/2] (Lawson iteration; 3.7e-9 with the
  * coefficients rounded to float, far below the evaluation error).
  * The rounding to n uses the 1.5*2^23 shifter (one FMA); 2^n is built by
- * shifting n into the exponent field (or, in vf_exp_nonpos on AVX-512,
- * applied by vscalefps).
+ * shifting n into the exponent field (on AVX-512, applied by vscalefps).
  *
  * Range: x < -87.3 (including -inf) -> exactly 0 (the result would be
  * subnormal or within 2% of FLT_MIN; flushing keeps everything normal);
@@ -66,25 +65,15 @@ VINL vf vf_exp_reduce(vf x, vf *p2n) {
     return p;
 }
 
-VINL vf vf_exp(vf x) {
-    const vm under = vf_lt(x, vf_set1(-87.3f)); /* false for NaN */
-    x = vf_min(vf_set1(88.37f), x);             /* NaN stays NaN */
-    vf s;
-    vf p = vf_exp_reduce(x, &s);
-    p = vf_add(p, vf_set1(1.0f)); /* exp(r) */
-    p = vf_mul(p, s);
-    return vf_zero_where(under, p);
-}
-
-/* vf_exp's bits for x <= 0 or NaN (the softmax's s - max), indeed for any
- * x <= 88.37: without the upper clamp, which such x never reach, and on a
- * layer with
- * vscalefps (VF_HAS_SCALEF) exp(r) 2^n in one instruction instead of
- * building 2^n and multiplying: both round the same exact product once,
- * so the bits are the same (tests/test_attn_kernels.c compares this
- * layer's kernel with simd_avx2.h's). 3 of the 19 vector operations of
- * the forward's exp pass per vector; on a 2-core Intel Xeon with AVX-512
- * bench_attn_core (8, 1024) ran 61.3-61.8 ms against 62.4-63.6. */
+/* exp(x) for x <= 88.37 or NaN, vf_exp without its upper clamp (the
+ * attention's softmax calls it directly: its s - max is never above 0).
+ * On a layer with vscalefps (VF_HAS_SCALEF) exp(r) 2^n is one instruction
+ * instead of building 2^n and multiplying: both round the same exact
+ * product once, so every layer gives the same bits (test_attn_kernels
+ * compares vf_exp on AVX-512 and on the emulation with AVX2's, and this
+ * with vf_exp). 3 of the 19 vector operations of the attention forward's
+ * exp pass; on a 2-core Intel Xeon with AVX-512 bench_attn_core (8, 1024)
+ * ran 61.3-61.8 ms against 62.4-63.6. */
 VINL vf vf_exp_nonpos(vf x) {
     const vm under = vf_lt(x, vf_set1(-87.3f)); /* false for NaN */
     vf n, z;
@@ -97,6 +86,8 @@ VINL vf vf_exp_nonpos(vf x) {
     return vf_zero_where(under, vf_mul(p, vf_exp_pow2(z)));
 #endif
 }
+
+VINL vf vf_exp(vf x) { return vf_exp_nonpos(vf_min(vf_set1(88.37f), x)); /* NaN stays NaN */ }
 
 /* expm1(x) = exp(x) - 1 without the cancellation near 0: 2^n (exp(r) - 1)
  * + (2^n - 1) in one FMA, where 2^n - 1 is exact for the n that matter
