@@ -204,9 +204,8 @@ static bool check_bwd(const shape *s, const float *qkv, const float *out, const 
     const int64_t heads[2][2] = {{0, 0}, {s->B - 1, s->H - 1}};
     for (int hk = 0; hk < 2; hk++) {
         const int64_t b = heads[hk][0], h = heads[hk][1];
-        for (int64_t t = 0; t < T; t++) /* as the layer computes it */
-            delta[t] = mha__dot_f64(dout + (b * T + t) * D + h * HD,
-                                    out + (b * T + t) * D + h * HD, HD);
+        /* as the layer computes it */
+        mha__dot_rows_ref(delta, dout + b * T * D + h * HD, D, out + b * T * D + h * HD, D, T, HD);
         memset(g, 0, sizeof(float) * (size_t)(3 * T * HD));
         mha__attn_bwd_args a;
         memset(&a, 0, sizeof a);

@@ -527,10 +527,43 @@ static void test_xent(const kset *k, const kset *ref, const kset *twin) {
     }
 }
 
+/* dot_rows against the plain loop, one row at a time, bit for bit: rows
+ * below, at and past the kernel's groups of eight, head dims with a tail,
+ * strides apart; values of mixed signs and magnitudes, and products that
+ * cancel, so that summing in another order (or in float) would show. */
+static void test_dot_rows(const mha__kernels *k) {
+    static const int64_t nrows[] = {0, 1, 7, 8, 9, 16, 21}, ns[] = {0, 1, 5, 64, 67};
+    enum { LDA = 80, LDB = 75, MAXR = 21 };
+    float a[MAXR * LDA], b[MAXR * LDB], out[MAXR + 1];
+    fill_row(a, MAXR * LDA, 0.0f, 3.0f);
+    fill_row(b, MAXR * LDB, 0.5f, 2.0f);
+    for (int i = 0; i < MAXR * LDA; i += 7) a[i] *= 1e4f;
+    for (int r = 0; r < MAXR; r += 2) { /* 1e30 - 1e30 first: summed from the end, the rest is lost */
+        a[r * LDA] = 1e15f, b[r * LDB] = 1e15f;
+        a[r * LDA + 1] = -1e15f, b[r * LDB + 1] = 1e15f;
+    }
+    for (size_t ri = 0; ri < sizeof nrows / sizeof nrows[0]; ri++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t rows = nrows[ri], n = ns[ni];
+            out[rows] = 42.0f; /* past the last row: untouched */
+            k->dot_rows(out, a, LDA, b, LDB, rows, n);
+            for (int64_t r = 0; r < rows; r++) {
+                double s = 0.0;
+                for (int64_t i = 0; i < n; i++) s += (double)a[r * LDA + i] * (double)b[r * LDB + i];
+                CHECK(memcmp(&out[r], &(float){(float)s}, sizeof(float)) == 0,
+                      "dot_rows: rows %lld n %lld: row %lld %.9g, the plain loop's %.9g", (long long)rows,
+                      (long long)n, (long long)r, (double)out[r], s);
+            }
+            CHECK(out[rows] == 42.0f, "dot_rows: rows %lld n %lld wrote past its rows", (long long)rows,
+                  (long long)n);
+        }
+}
+
 int main(void) {
     const mha__kernels *kref = mha__kernels_get(MHA_ISA_REF);
     REQUIRE(kref != NULL, "reference table");
     const kset ref = kset_of("ref", kref);
+    test_dot_rows(kref);
     kset fast[3];
     int n_fast = 0;
     const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);

@@ -564,6 +564,30 @@ static bool bwd_unit(void *arg, int64_t task, int tid) {
     return true;
 }
 
+/* Rows a band: every head of a band's rows before the next band's, so the
+ * rows, read once from memory, stay in L1 across their heads. The delta
+ * of GPT-2's 96 heads at (8, 1024) from memory (dO and O 25 MB each), one
+ * Zen 5 core: 11.4-12.1 ms as the plain loop, head after head and row
+ * after row; 6.2-6.5 head after head with the kernel's eight rows side by
+ * side; 3.0-3.1 in bands of 8 rows, 4.3-4.5 in bands of 64. */
+#define MHA_DELTA_BAND 8
+/* Rows a thread takes at a time in the backward's delta. */
+#define MHA_DELTA_ROWS 256
+
+void mha__attention_delta_rows(float *delta, int64_t T, int64_t H, int64_t HD, int64_t r0, int64_t n,
+                               const float *dout, int64_t ld_dout, const float *o, int64_t ldo) {
+    const mha__kernels *k = mha__kernels_active();
+    for (int64_t r = 0; r < n;) { /* a band of one batch element's rows at a time */
+        const int64_t b = (r0 + r) / T, t = (r0 + r) % T;
+        int64_t m = n - r < T - t ? n - r : T - t;
+        if (m > MHA_DELTA_BAND) m = MHA_DELTA_BAND;
+        for (int64_t h = 0; h < H; h++)
+            k->dot_rows(delta + (b * H + h) * T + t, dout + r * ld_dout + h * HD, ld_dout, o + r * ldo + h * HD, ldo,
+                        m, HD);
+        r += m;
+    }
+}
+
 mha_status mha__attention_backward(const mha__attention_desc *d, const float *dout,
                                    int64_t ld_dout, float *dqkv, void *ws, size_t ws_size) {
     const mha_status threads_st = mha__threads_ready(); /* before any parallel region */
@@ -587,18 +611,16 @@ mha_status mha__attention_backward(const mha__attention_desc *d, const float *do
     const int64_t nc = bwd_chunks(d);
     const mha__kernels *k = kernels_of(d);
 
-    /* delta = rowsum(dO * O) per head, unless given */
+    /* delta = rowsum(dO * O) per head, unless given: the threads take
+     * blocks of MHA_DELTA_ROWS rows, every head of them */
     if (!d->delta) {
 #if defined(MHA_HAVE_OPENMP)
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
 #endif
-        for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t b = bh / H, h = bh % H;
-            for (int64_t t = 0; t < T; t++) {
-                const float *o = d->o + (b * T + t) * d->ldo + h * HD;
-                const float *go = dout + (b * T + t) * ld_dout + h * HD;
-                delta_ws[bh * T + t] = mha__dot_f64(go, o, HD);
-            }
+        for (int64_t r0 = 0; r0 < B * T; r0 += MHA_DELTA_ROWS) {
+            const int64_t n = B * T - r0 < MHA_DELTA_ROWS ? B * T - r0 : MHA_DELTA_ROWS;
+            mha__attention_delta_rows(delta_ws, T, H, HD, r0, n, dout + r0 * ld_dout, ld_dout, d->o + r0 * d->ldo,
+                                      d->ldo);
         }
     }
 

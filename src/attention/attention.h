@@ -72,12 +72,13 @@ size_t mha__attention_workspace(const mha__attention_desc *d);
 /* ERR_WORKSPACE when ws_size is too small. */
 mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t ws_size);
 
-/* sum a[i] * b[i] over i < n, in double, rounded once: the delta of a row. */
-static inline float mha__dot_f64(const float *a, const float *b, int64_t n) {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-    return (float)s;
-}
+/* The backward's delta = rowsum(dO * O) per head (the kernel "dot_rows":
+ * in double over the head's HD columns, rounded once) of the n rows r0 ..
+ * r0 + n - 1 of a (B * T)-row batch, every head: delta[(b * H + h) * T + t]
+ * for row b * T + t. dout and o point at row r0 (strides ld_dout, ldo),
+ * head h at column h * HD. One thread: for a caller that splits rows. */
+void mha__attention_delta_rows(float *delta, int64_t T, int64_t H, int64_t HD, int64_t r0, int64_t n,
+                               const float *dout, int64_t ld_dout, const float *o, int64_t ldo);
 
 /* 64-bit words of TORCH mask bits for every head; 0 on overflow. */
 size_t mha__attention_keep_words(const mha__attention_desc *d);

@@ -198,7 +198,12 @@ typedef struct {
  *     the reference's in the last places of a double.
  * "colsum": s[c] += the sum over rows r = 0, 1, ..., in that order, of
  *     a[r * lda + c] in double, for c < n: a bias's gradient (its rows in
- *     order, so the bits do not depend on how the caller splits columns). */
+ *     order, so the bits do not depend on how the caller splits columns).
+ * "dot_rows": out[r] = the sum over i = 0, 1, ..., n - 1, in that order, of
+ *     a[r * lda + i] * b[r * ldb + i] in double, rounded once to float, for
+ *     r < rows: the attention backward's delta = rowsum(dO * O) of a head's
+ *     rows. (A product of two floats is exact in double, so a fused
+ *     multiply-add gives the same bits.) */
 
 /* Dropout keep bits over a (rows, n) block: element (i, j) is kept iff bit
  * bit0 + i * ld + j of bits is set (bit b: bits[b >> 6] >> (b & 63)); a
@@ -303,6 +308,10 @@ typedef struct {
     X(gelu_backward, void, (float *d, const float *f, int64_t n), Y, Y)                            \
     X(xent_row, double, (float *dz, const float *z, int64_t V, int32_t y, double inv), Y, Y)        \
     X(colsum, void, (double *s, const float *a, int64_t rows, int64_t n, int64_t lda), N, N)       \
+    X(dot_rows, void,                                                                              \
+      (float *out, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,         \
+       int64_t n),                                                                                 \
+      N, N)                                                                                        \
     X(mt_twist, void, (uint32_t *st), Y, Y)                                                        \
     X(mt_temper, void, (const uint32_t *src, uint32_t *dst, size_t n), Y, Y)                       \
     X(mt_twist_temper, void, (uint32_t *st, uint32_t *dst), Y, Y)                                  \

@@ -276,13 +276,9 @@ mha_status mha_module_backward(mha_module *m, mha_tape *tape, float *dx, const f
                 snprintf(failure, sizeof failure, "%s", mha_last_error());
                 continue;
             }
-            for (int64_t r = 0; r < n; r++) {
-                const int64_t b = (r0 + r) / T, t = (r0 + r) % T;
-                float *o = tape->ctx + (r0 + r) * W;
-                for (int64_t h = 0; h < H; h++)
-                    delta[(b * H + h) * T + t] = mha__dot_f64(dc + r * W + h * HD, o + h * HD, HD);
-                memcpy(o, dc + r * W, (size_t)W * sizeof(float));
-            }
+            float *o = tape->ctx + r0 * W;
+            mha__attention_delta_rows(delta, T, H, HD, r0, n, dc, W, o, W);
+            memcpy(o, dc, (size_t)(n * W) * sizeof(float));
         }
         if (failed)
             return backward_failed(tape, mha__fail(MHA_ERR_NOMEM, "%s", failure));
