@@ -121,13 +121,17 @@ static void epilogue(const mha__kernels *k, const mha__gemm_epilogue *e, int64_t
  * same L1 set: the backend's packing, which walks down the rows, then ran
  * at half speed on the feed-forward's weight gradient (df^T h2, df's rows
  * 3072 floats long: 31 against 61 GFLOP/s for the Q/K/V one) and 20%
- * slower on its input gradients (df W1, dz W2). Such a tile's operand is
- * first copied to rows 16 floats longer than the tile's (B^T, whose rows
- * are packed along their length, ran at full speed and is left). The
- * backend packs its operands before it computes, so the product is the
- * same bits (checked on mha grad's gradients); the copy is a 1/N of the
- * tile's work. NULL (ld unchanged) when no copy is needed; false when it
- * could not be allocated. */
+ * slower on its input gradients (df W1, dz W2) on a 2-core Zen 3. Such a
+ * tile's A^T or B is first copied to rows 16 floats longer than the
+ * tile's. Not A (A^T, B^T: packed along their rows' length, left as they
+ * are): on a 2-core Zen 5 (oneDNN's AVX-512 sgemm, 2 threads) the copied A
+ * took GPT-2's fc2 forward (h W2^T, 1024 x 768 x 3072) from 419 down to
+ * 305 GFLOP/s and df W1 from 494 to 472, where the Zen 3 had gained 6% on
+ * a like shape (512 x 768 x 3072, 48 -> 45 ms); the copied A^T still
+ * gains there (df^T x: 450-461 -> 490). The backend packs its operands
+ * before it computes, so the product is the same bits either way (checked
+ * on mha grad's gradients). NULL (ld unchanged) when no copy is needed;
+ * false when it could not be allocated. */
 #define MHA_GEMM_ALIAS_FLOATS 1024
 
 static bool unalias(const float **x, int64_t *ld, int64_t rows, int64_t cols, float **copy) {
@@ -159,7 +163,7 @@ static bool run_tile(const gemm_job *j, int64_t t) {
     if (j->K > 0) {
         int64_t lda = j->lda, ldb = j->ldb;
         float *ca = NULL, *cb = NULL;
-        bool ok = unalias(&a, &lda, j->trans_a ? j->K : m, j->trans_a ? m : j->K, &ca) &&
+        bool ok = (!j->trans_a || unalias(&a, &lda, j->K, m, &ca)) &&
                   (j->trans_b || unalias(&b, &ldb, j->K, n, &cb));
         if (ok && j->W16) {
             /* 16-bit W: the tile's rows of W widened into one buffer (up to
