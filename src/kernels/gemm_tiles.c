@@ -122,16 +122,16 @@ static void epilogue(const mha__kernels *k, const mha__gemm_epilogue *e, int64_t
  * at half speed on the feed-forward's weight gradient (df^T h2, df's rows
  * 3072 floats long: 31 against 61 GFLOP/s for the Q/K/V one) and 20%
  * slower on its input gradients (df W1, dz W2) on a 2-core Zen 3. Such a
- * tile's A^T or B is first copied to rows 16 floats longer than the
- * tile's. Not A (A^T, B^T: packed along their rows' length, left as they
- * are): on a 2-core Zen 5 (oneDNN's AVX-512 sgemm, 2 threads) the copied A
- * took GPT-2's fc2 forward (h W2^T, 1024 x 768 x 3072) from 419 down to
- * 305 GFLOP/s and df W1 from 494 to 472, where the Zen 3 had gained 6% on
- * a like shape (512 x 768 x 3072, 48 -> 45 ms); the copied A^T still
- * gains there (df^T x: 450-461 -> 490). The backend packs its operands
- * before it computes, so the product is the same bits either way (checked
- * on mha grad's gradients). NULL (ld unchanged) when no copy is needed;
- * false when it could not be allocated. */
+ * tile's transposed A or plain B is first copied to rows 16 floats longer
+ * than the tile's. A plain A and a transposed B are left as they are: B^T
+ * ran at full speed, and on a 2-core Zen 5 (oneDNN's AVX-512 sgemm, 2
+ * threads) the copied plain A took GPT-2's fc2 forward (h W2^T, 1024 x
+ * 768 x 3072) from 419 down to 305 GFLOP/s and df W1 from 494 to 472,
+ * where the Zen 3 had gained 6% on a like shape (512 x 768 x 3072, 48 ->
+ * 45 ms); the copied A^T still gains there (df^T x: 450-461 -> 490 GFLOP/s).
+ * The backend packs its operands before it computes, so the product is the
+ * same bits either way (checked on mha grad's gradients). NULL (ld
+ * unchanged) when no copy is needed; false when it could not be allocated. */
 #define MHA_GEMM_ALIAS_FLOATS 1024
 
 static bool unalias(const float **x, int64_t *ld, int64_t rows, int64_t cols, float **copy) {
