@@ -2,7 +2,8 @@
  * 16-lane emulation of the AVX-512 layer (simd_gen16.h), i.e. what
  * mha__layernorm_avx512, mha__bias_gelu_avx512, mha__residual_add_avx512,
  * the backwards mha__layernorm_backward_avx512, mha__gelu_backward_avx512
- * and the cross-entropy row mha__xent_row_avx512 compute, bit for bit, so
+ * the cross-entropy row mha__xent_row_avx512 and the column sums
+ * mha__colsum_avx512 compute, bit for bit, so
  * that test_elementwise tests the AVX-512 body on CPUs without AVX-512 (and
  * checks it against the real kernels where the CPU has them). Plain C: no
  * ISA flags needed. */

@@ -65,6 +65,7 @@ mha__residual_add_kernel mha__residual_add_gen16;
 mha__layernorm_backward_kernel mha__layernorm_backward_gen16;
 mha__gelu_backward_kernel mha__gelu_backward_gen16;
 mha__xent_row_kernel mha__xent_row_gen16;
+mha__colsum_kernel mha__colsum_gen16;
 
 /* mt_gen16.c: mt_body.h on the emulated AVX-512 layer. */
 mha__mt_twist_kernel mha__mt_twist_gen16;

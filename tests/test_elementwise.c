@@ -23,7 +23,9 @@
  *      reference's: the loss within 1e-12, the gradient within 1 ULP of
  *      float, row lengths around the vector widths and GPT-2's 50257,
  *      ignored rows, the loss alone, in place, NaN, -inf and logits 700
- *      to 800 below the largest; the emulation's bits the AVX-512 kernel's.
+ *      to 800 below the largest; the emulation's bits the AVX-512 kernel's;
+ *   7. the reference's dot_rows and every table's colsum (and the
+ *      emulation's) against the plain loops, bit for bit.
  * The thread-count independence of the drivers and of the GPT forward is
  * tests/test_threads.c's. */
 #include "kernels/drivers.h"
@@ -559,11 +561,50 @@ static void test_dot_rows(const mha__kernels *k) {
         }
 }
 
+/* colsum against the plain loop, a column at a time, bit for bit: row
+ * counts below, at and past the kernel's groups of four, column counts
+ * around the vector widths (the scalar tail), strided rows, sums already
+ * in s; values of mixed magnitudes, and rows that cancel, so that adding
+ * in another order (rows paired, or in float) would show. */
+static void test_colsum(const char *name, mha__colsum_fn colsum) {
+    static const int64_t nrows[] = {0, 1, 3, 4, 5, 8, 13}, ns[] = {1, 7, 8, 15, 16, 17, 33, 37};
+    enum { LDA = 41, MAXR = 13, MAXN = 37 };
+    float a[MAXR * LDA];
+    double s[MAXN + 1], want[MAXN];
+    fill_row(a, MAXR * LDA, 0.0f, 3.0f);
+    for (int i = 0; i < MAXR * LDA; i += 5) a[i] *= 1e9f;
+    for (int c = 0; c < LDA; c += 3) { /* 1e30 + 1 - 1e30: paired otherwise, the 1 survives */
+        a[c] = 1e30f, a[LDA + c] = 1.0f, a[2 * LDA + c] = -1e30f;
+        a[5 * LDA + c] = 3e20f, a[6 * LDA + c] = -3e20f;
+    }
+    for (size_t ri = 0; ri < sizeof nrows / sizeof nrows[0]; ri++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t rows = nrows[ri], n = ns[ni];
+            for (int64_t c = 0; c < n; c++) s[c] = want[c] = 0.25 * (double)c - 1.0;
+            s[n] = 42.0; /* past the last column: untouched */
+            for (int64_t c = 0; c < n; c++)
+                for (int64_t r = 0; r < rows; r++) want[c] += (double)a[r * LDA + c];
+            colsum(s, a, rows, n, LDA);
+            for (int64_t c = 0; c < n; c++)
+                CHECK(memcmp(&s[c], &want[c], sizeof(double)) == 0,
+                      "colsum %s: rows %lld n %lld: column %lld %.17g, the plain loop's %.17g", name,
+                      (long long)rows, (long long)n, (long long)c, s[c], want[c]);
+            CHECK(s[n] == 42.0, "colsum %s: rows %lld n %lld wrote past its columns", name, (long long)rows,
+                  (long long)n);
+        }
+}
+
 int main(void) {
     const mha__kernels *kref = mha__kernels_get(MHA_ISA_REF);
     REQUIRE(kref != NULL, "reference table");
     const kset ref = kset_of("ref", kref);
     test_dot_rows(kref);
+    test_colsum("ref", kref->colsum);
+#if MHA_TEST_EMULATIONS
+    test_colsum("gen16", mha__colsum_gen16);
+#endif
+    if (mha__kernels_get(MHA_ISA_AVX2)) test_colsum("avx2", mha__kernels_get(MHA_ISA_AVX2)->colsum);
+    if (mha__kernels_get(MHA_ISA_AVX512)) test_colsum("avx512", mha__kernels_get(MHA_ISA_AVX512)->colsum);
     kset fast[3];
     int n_fast = 0;
     const mha__kernels *k2 = mha__kernels_get(MHA_ISA_AVX2), *k5 = mha__kernels_get(MHA_ISA_AVX512);

@@ -118,7 +118,8 @@ double mha__xent_row_ref(float *dz, const float *z, int64_t V, int32_t y, double
 
 /* Eight columns a step, a fixed-count inner loop that GCC's -O2 turns into
  * vector converts and adds (SSE2 here): each s[c] still adds its rows in
- * order, one rounding each, so the bits are the plain loop's. */
+ * order, one rounding each, so the bits are the plain loop's (and the
+ * vector bodies', elementwise_body.h). */
 void mha__colsum_ref(double *s, const float *a, int64_t rows, int64_t n, int64_t lda) {
     for (int64_t r = 0; r < rows; r++) {
         const float *ar = a + r * lda;

@@ -199,6 +199,8 @@ typedef struct {
  * "colsum": s[c] += the sum over rows r = 0, 1, ..., in that order, of
  *     a[r * lda + c] in double, for c < n: a bias's gradient (its rows in
  *     order, so the bits do not depend on how the caller splits columns).
+ *     Every version adds the same widened floats in the same order: the
+ *     same bits.
  * "dot_rows": out[r] = the sum over i = 0, 1, ..., n - 1, in that order, of
  *     a[r * lda + i] * b[r * ldb + i] in double, rounded once to float, for
  *     r < rows: the attention backward's delta = rowsum(dO * O) of a head's
@@ -307,7 +309,7 @@ typedef struct {
       Y, Y)                                                                                        \
     X(gelu_backward, void, (float *d, const float *f, int64_t n), Y, Y)                            \
     X(xent_row, double, (float *dz, const float *z, int64_t V, int32_t y, double inv), Y, Y)        \
-    X(colsum, void, (double *s, const float *a, int64_t rows, int64_t n, int64_t lda), N, N)       \
+    X(colsum, void, (double *s, const float *a, int64_t rows, int64_t n, int64_t lda), Y, Y)       \
     X(dot_rows, void,                                                                              \
       (float *out, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t rows,         \
        int64_t n),                                                                                 \
