@@ -1,9 +1,9 @@
 /* elementwise_body.h — chapter 4's elementwise layers (LayerNorm over rows,
  * bias + GELU, residual add with dropout), the backwards of LayerNorm and
- * GELU, the cross-entropy row and the column sums, written once on a SIMD layer and compiled per ISA
- * (elementwise_avx2.c, elementwise_avx512.c; the tests also compile it on
- * the 16-lane emulation). Their oracles are the reference entries in
- * elementwise_ref.c. Contracts: kernels.h.
+ * GELU, the cross-entropy row and the column sums, written once on a SIMD
+ * layer and compiled per ISA (elementwise_avx2.c, elementwise_avx512.c;
+ * the tests also compile it on the 16-lane emulation). Their oracles are
+ * the reference entries in elementwise_ref.c. Contracts: kernels.h.
  *
  * Every output element is a fixed sequence of operations that depends only
  * on its row (LayerNorm) or on itself (the others): not on the rows around
