@@ -432,10 +432,8 @@ void MHA__KNAME(attn_bwd)(const mha__attn_bwd_args *a, float *scratch) {
                     else if (keep)
                         pack_qt(a->dq, a->lddq, p0, nv, HD, 1.0f, dqt);
                 }
-                vf tm[NV]; /* the panel max qk_panel takes along: unused here */
-                for (int v = 0; v < NV; v++) tm[v] = vf_zero();
-                qk_panel(kt, ldkt, qt, HD, n, a->causal, t0, p0, B.st, tm);
-                qk_panel(vt, ldvt, dot, HD, n, false, t0, p0, B.dpt, tm);
+                qk_panel(kt, ldkt, qt, HD, n, a->causal, t0, p0, B.st, NULL);
+                qk_panel(vt, ldvt, dot, HD, n, false, t0, p0, B.dpt, NULL);
                 grad_panel(&ks, B.st, B.dpt, n, kn, t0, p0, plast, mx, logl, delta, dsc, a->scale,
                            pm, ds);
                 /* the tile's sum from zero, added to dQ^T or to the rows: the

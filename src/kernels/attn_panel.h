@@ -61,7 +61,10 @@ _Static_assert(QK_MR >= 1 && QK_MR <= 14 && PV_MR >= 1 && PV_MR <= 14, "MR in 1.
 
 /* S^T rows for mr keys: st[m][0:PW] = sum_d k[m][d] qt[d][0:PW] (the scale
  * is in qt), -inf where key > query if mask (rel = key(m = 0) - query(lane
- * 0)); the lane-wise max is folded into mx[0..NV). */
+ * 0)); the lane-wise max is folded into mx[0..NV), held in registers over
+ * the group (read and written through mx per key, it went to memory and
+ * back: st's stores may alias it), or not taken with mx NULL (the
+ * backward: it has the forward's; taking it cost the backward ~2%). */
 VINL void qk_group(const int mr, const float *k, int64_t ldk, const float *qt, int64_t HD,
                    bool mask, int rel, float *st, vf mx[NV]) {
     vf c[QK_MR][NV];
@@ -85,6 +88,9 @@ VINL void qk_group(const int mr, const float *k, int64_t ldk, const float *qt, i
     }
     const vf ninf = vf_set1(-INFINITY);
     const vi lane = vi_iota();
+    vf tm[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) tm[v] = mx ? mx[v] : ninf;
 #pragma GCC unroll 14
     for (int m = 0; m < mr; m++) {
 #pragma GCC unroll 4
@@ -93,9 +99,12 @@ VINL void qk_group(const int mr, const float *k, int64_t ldk, const float *qt, i
             if (mask) /* key rel+m visible to lane l iff rel + m <= l */
                 s = vf_select(vi_lt(lane, vi_set1(rel + m - VW * v)), ninf, s);
             vf_store(st + m * PW + VW * v, s);
-            mx[v] = vf_max(mx[v], s);
+            if (mx) tm[v] = vf_max(tm[v], s);
         }
     }
+    if (mx)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) mx[v] = tm[v];
 }
 
 /* How pv_group writes its sum s over j (one FMA chain per element):
@@ -164,7 +173,7 @@ VINL split split_of(int64_t n, int mrmax) {
 }
 
 /* S^T for keys [k0, k0+n) of the panel whose lane 0 is query p0; k points
- * at key k0's row. */
+ * at key k0's row; mx: the panel's lane-wise max, or NULL (qk_group). */
 static void qk_panel(const float *k, int64_t ldk, const float *qt, int64_t HD, int64_t n,
                      bool causal, int64_t k0, int64_t p0, float *st, vf mx[NV]) {
     const split sp = split_of(n, QK_MR);

@@ -32,12 +32,16 @@
  * measured on the project machine in paired runs (12 GPT-2 heads, 1
  * thread): T = 1024 took 73 ms with 64-key tiles, 67-70 with 128, 64-69
  * with 192..512; 2 panels per q-block 2-4% faster than 1, 4 alike; dK/dV
- * tiles 6 keys x 2 vectors and 3 x 4 alike. AVX-512: 256-key tiles, 1
- * panel (32 queries), 12 x 2 dK/dV tiles; measured on an AMD Zen 5 (2
+ * tiles 6 keys x 2 vectors and 3 x 4 alike. AVX-512: 256-key tiles, 2
+ * panels (64 queries), 12 x 2 dK/dV tiles; measured on an AMD Zen 5 (2
  * threads, bench_attn_core --backward, 3 sets of interleaved runs, min):
  * 256-key tiles took 120-127 ms at (8, 1024) against 122-135 with 128, and
  * 15.8-16.4 against 16.2-16.8 at (1, 1024); 512 keys, 2 panels, or 6 x 4
- * and 8 x 2 dK/dV tiles alike within the host's noise. */
+ * and 8 x 2 dK/dV tiles alike within the host's noise there. Builds of
+ * the kernel side by side in one process (one thread, GPT-2 heads, min of
+ * 15 interleaved rounds, Zen 5) then told 2 panels from 1: +1.5-1.9% at
+ * T = 1024, +2.3-3.8% at T = 256 (the dK/dV tiles' sums reloaded half as
+ * often); 3 panels alike; 6 x 4 dK/dV tiles alike again. */
 #ifndef MHA_ATTN_TUNABLES_H
 #define MHA_ATTN_TUNABLES_H
 
@@ -114,7 +118,7 @@
 #define MHA_ATTN_AVX512_BWD_KB 256 /* keys per tile (a multiple of 4) */
 #endif
 #ifndef MHA_ATTN_AVX512_BWD_NP
-#define MHA_ATTN_AVX512_BWD_NP 1 /* panels per q-block */
+#define MHA_ATTN_AVX512_BWD_NP 2 /* panels per q-block */
 #endif
 #ifndef MHA_ATTN_AVX512_OP_MR
 #define MHA_ATTN_AVX512_OP_MR 12 /* keys per dK/dV register tile */
