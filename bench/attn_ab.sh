@@ -53,6 +53,7 @@ if [ $isa = avx512 ]; then
   isaflags="-mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c"
   tune=ATTN_TUNE_AVX512 layer=simd_avx512.h
 else
+  grep -qw avx2 /proc/cpuinfo || { echo "attn_ab.sh: this CPU lacks AVX2" >&2; exit 1; }
   isaflags="-mavx2 -mfma -mf16c" tune=ATTN_TUNE_AVX2 layer=simd_avx2.h
 fi
 cc=${CC:-cc}
