@@ -33,9 +33,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --avx2) isa=avx2 ;;
     --fwd) mode=fwd ;;
-    --tokens) tokens=$2; shift ;;
-    --heads) heads=$2; shift ;;
-    --rounds) rounds=$2; shift ;;
+    --tokens) tokens=${2:?--tokens needs a value}; shift ;;
+    --heads) heads=${2:?--heads needs a value}; shift ;;
+    --rounds) rounds=${2:?--rounds needs a value}; shift ;;
     --contig) contig=contig ;;
     -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "attn_ab.sh: unknown option $1" >&2; exit 2 ;;
