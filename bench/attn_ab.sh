@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
     --heads) heads=${2:?--heads needs a value}; shift ;;
     --rounds) rounds=${2:?--rounds needs a value}; shift ;;
     --contig) contig=contig ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     -*) echo "attn_ab.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
