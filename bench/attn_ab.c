@@ -90,6 +90,9 @@ int main(int argc, char **argv) {
     mha__attn_args *fa = calloc((size_t)NH, sizeof *fa);
     mha__attn_bwd_args *ba = calloc((size_t)NH, sizeof *ba), *bc = calloc((size_t)NH, sizeof *bc);
     if (!fa || !ba || !bc) return 1;
+    const mha__kernels *kref = mha__kernels_get(MHA_ISA_REF);
+    if (!kref) return 1;
+    const mha__dot_rows_fn dot_rows = kref->dot_rows;
     for (int64_t x = 0; x < NH; x++) {
         const int64_t b = x / H, h = x % H;
         const float *base = qkv + b * T * L;
@@ -101,11 +104,7 @@ int main(int argc, char **argv) {
         a->scale = 0.125f, a->causal = true, a->drop = MHA_DROP_NONE, a->drop_scale = 1.0f;
         vs[0].fwd(a, scratch); /* O and the statistics the backward takes */
         const float *dor = dout + b * T * D + h * HD;
-        for (int64_t i = 0; i < T; i++) {
-            double s = 0.0;
-            for (int d = 0; d < HD; d++) s += (double)dor[i * D + d] * (double)a->o[i * D + d];
-            delta[x * T + i] = (float)s;
-        }
+        dot_rows(delta + x * T, dor, D, a->o, D, T, HD); /* delta = rowsum(dO * O), as the layer */
         mha__attn_bwd_args *g = &ba[x];
         float *gb = grad + b * T * L;
         g->q = a->q, g->k = a->k, g->v = a->v, g->ldq = g->ldk = g->ldv = L;
