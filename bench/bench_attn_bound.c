@@ -31,12 +31,26 @@
  * compare_torch.py's peers run repeatedly, their caches warm). So each
  * mode's minimum is its best, as the probe's is. Also printed per shape:
  * the three phases of the eval forward timed alone (QKV GEMM, attention
- * core, out_proj) as fractions of the sgemm rate.
+ * core, out_proj) as fractions of the sgemm rate, and PyTorch's mask drawn
+ * alone.
+ *
+ * The training rows with PyTorch's mask do work the counted FLOPs leave
+ * out: B*H*T^2 serial mt19937 draws of two words each, the library's own
+ * bulk draw (mha__generator_keep_bits_prefix row after row, as the
+ * attention layer draws it; the causal half's bits, every draw consumed).
+ * On N threads that work adds at least draw / N to a step whose other
+ * work takes the bound (the other threads can take the whole of the
+ * computing meanwhile), and the draw itself when that is longer: the
+ * training rows also print bound/mha against max(bound + draw / N, draw), the
+ * draw timed on one thread in the same rounds (the backward replays the
+ * bits: no draw). The Philox mask's work is inside the kernels and is not
+ * timed apart.
  *
  * Usage: bench_attn_bound [--threads N] [--forward-only] [--shape B,T]... [rounds]
  *        (default 2 threads, 7 rounds, shapes (8, 1024), (1, 1024), (8, 256)) */
 #define MHA_UNSTABLE /* mha_sgemm */
 #include "attention/attention.h"
+#include "generator/generator.h"
 #include "mha.h"
 
 #include <math.h>
@@ -73,6 +87,7 @@ static void keep_min(double *best, double t) {
 }
 
 enum { E = 768, H = 12, HD = 64, P = 3 * E, GM = 8192, MODES = 3 };
+static const double cfg_dropout = 0.1;
 static const char *const mode_name[MODES] = {"eval", "train", "philox"};
 
 typedef struct {
@@ -82,8 +97,26 @@ typedef struct {
     float *x, *y, *dx, *dy, *qkv;
     void *ws;
     size_t ws_size;
-    double fwd[MODES], step[MODES], qkv_gemm, core, out_proj;
+    uint64_t *bits; /* one head's mask, T rows of ceil(T/64) words */
+    double fwd[MODES], step[MODES], qkv_gemm, core, out_proj, draw;
 } shape;
+
+/* PyTorch's mask for every head of c's shape, drawn as the attention
+ * layer draws it (attention.c's draw_head) into one head's bits, on the
+ * calling thread. */
+static void draw_mask(shape *c, mha_generator *g, double p) {
+    const int64_t T = c->T, ld = (T + 63) / 64;
+    for (int64_t n = 0; n < c->B * H; n++)
+        for (int64_t i = 0; i < T; i++)
+            mha__generator_keep_bits_prefix(g, c->bits + i * ld, (size_t)T, (size_t)(i + 1), p);
+}
+
+/* The least time of work taking `bound` on `threads` threads plus a serial
+ * draw of `draw` seconds (header). */
+static double with_draw(double bound, double draw, int threads) {
+    const double shared = bound + draw / threads, serial = draw;
+    return shared > serial ? shared : serial;
+}
 
 int main(int argc, char **argv) {
     int rounds = 7, threads = 2;
@@ -124,14 +157,15 @@ int main(int argc, char **argv) {
         cfg.d_in = cfg.d_out = E;
         cfg.context_length = 1024;
         cfg.num_heads = H;
-        cfg.dropout = 0.1;
+        cfg.dropout = cfg_dropout;
         ok(mha_module_create_seeded(&cfg, 123, &c->m), "module");
         ok(mha_tape_create(&c->tape), "tape");
         const size_t n = (size_t)(c->B * c->T) * E;
         c->x = malloc(sizeof(float) * n), c->y = malloc(sizeof(float) * n);
         c->dx = malloc(sizeof(float) * n), c->dy = malloc(sizeof(float) * n);
         c->qkv = malloc(sizeof(float) * (size_t)(c->B * c->T) * P);
-        if (!c->x || !c->y || !c->dx || !c->dy || !c->qkv) ok(MHA_ERR_NOMEM, "buffers");
+        c->bits = malloc(sizeof(uint64_t) * (size_t)(c->T * ((c->T + 63) / 64)));
+        if (!c->x || !c->y || !c->dx || !c->dy || !c->qkv || !c->bits) ok(MHA_ERR_NOMEM, "buffers");
         fill(c->x, n, 3 + (uint64_t)s);
         fill(c->dy, n, 7 + (uint64_t)s);
         fill(c->qkv, (size_t)(c->B * c->T) * P, 11 + (uint64_t)s);
@@ -143,7 +177,7 @@ int main(int argc, char **argv) {
         c->ws = malloc(c->ws_size);
         if (!c->ws) ok(MHA_ERR_NOMEM, "workspace");
         for (int k = 0; k < MODES; k++) c->fwd[k] = c->step[k] = INFINITY;
-        c->qkv_gemm = c->core = c->out_proj = INFINITY;
+        c->qkv_gemm = c->core = c->out_proj = c->draw = INFINITY;
     }
 
     double probe = INFINITY;
@@ -192,6 +226,10 @@ int main(int argc, char **argv) {
             t0 = now_s();
             ok(mha_sgemm(0, 1, rows, E, E, 1.0f, c->qkv, P, gw, E, 0.0f, c->y, E), "out_proj");
             keep_min(&c->out_proj, now_s() - t0);
+            /* PyTorch's mask alone, one thread */
+            t0 = now_s();
+            draw_mask(c, gen, cfg_dropout);
+            keep_min(&c->draw, now_s() - t0);
         }
         fprintf(stderr, "round %d/%d done\n", r + 1, rounds);
     }
@@ -219,6 +257,12 @@ int main(int argc, char **argv) {
                        step / rate / c->step[k]);
             printf("\n");
         }
+        /* the training rows against the bound plus the draw (header) */
+        const double fwd_d = with_draw(fwd / rate, c->draw, threads), step_d = with_draw(step / rate, c->draw, threads);
+        printf("  train  with the mask's draw (%.1f ms on one thread) in the bound: forward %.1f ms,"
+               " bound/mha %.3f", c->draw * 1e3, fwd_d * 1e3, fwd_d / c->fwd[1]);
+        if (!forward_only) printf(" | forward + backward %.1f ms, bound/mha %.3f", step_d * 1e3, step_d / c->step[1]);
+        printf("\n");
         printf("  eval phases alone, of the sgemm rate: QKV GEMM %.2f, attention core %.2f, out_proj %.2f;"
                " their sum %.1f ms\n",
                3.0 / 4.0 * proj / c->qkv_gemm / rate, core / c->core / rate,
@@ -228,6 +272,7 @@ int main(int argc, char **argv) {
         mha_module_free(sh[s].m);
         mha_tape_free(sh[s].tape);
         free(sh[s].x), free(sh[s].y), free(sh[s].dx), free(sh[s].dy), free(sh[s].qkv), free(sh[s].ws);
+        free(sh[s].bits);
     }
     mha_generator_free(gen);
     free(ga), free(gw), free(gc);
