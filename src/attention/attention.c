@@ -188,16 +188,16 @@ static void draw_order_head(const mha__attention_desc *d, int64_t n, int64_t *b,
     }
 }
 
-/* PyTorch's mask, drawn into bits one head at a time, in draw order, by
- * whichever thread first needs rows not drawn yet, and one head ahead by
- * the thread that starts a head's first task; the other threads keep
- * computing rows already drawn. The draws are serial, the rest is not.
- * The drawer publishes each row as it is drawn, so a task waits only for
- * the rows it reads: the first head's blocks go in row order, and the
- * other threads start on its first rows while its last ones are drawn
- * (with whole heads at a time, at (1, 1024) on a 2-core Zen 5 the second
- * thread waited out the first head's 0.15 ms draw, which nothing else
- * could run before). */
+/* PyTorch's mask, drawn into bits one head at a time, in draw order: with
+ * several threads the last one draws the whole mask before it computes
+ * anything (fwd_unit), and any thread that needs rows not drawn yet draws
+ * up to them; the other threads keep computing rows already drawn. The
+ * draws are serial, the rest is not. The drawer publishes each row as it
+ * is drawn, so a task waits only for the rows it reads: the first head's
+ * blocks go in row order, and the other threads start on its first rows
+ * while its last ones are drawn (with whole heads at a time, at (1, 1024)
+ * on a 2-core Zen 5 the second thread waited out the first head's 0.15 ms
+ * draw, which nothing else could run before). */
 typedef struct {
     const mha__attention_desc *d;
     uint64_t *bits;
@@ -292,10 +292,6 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
     if (a.q_begin < d->t_begin) a.q_begin = d->t_begin;
     if (md->bits) {
         ensure_rows(md, n * T + a.q_end);
-        /* The first task of a head also draws the next head, while the
-         * other threads compute this one (a head drawn only when a task
-         * needed it kept the other threads waiting for its rows). */
-        if (k == 0 && n + 1 < d->B * H) ensure_rows(md, (n + 2) * T);
         a.drop = MHA_DROP_BITMASK;
         a.keep = md->bits + ((b * H + h) * T) * keep_ld;
         a.keep_ld = keep_ld;
@@ -326,6 +322,15 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
 /* A unit of the forward: chunk u of the tasks. */
 static bool fwd_unit(void *arg, int64_t u, int t) {
     const fwd_tasks *ft = arg;
+    /* With PyTorch's mask the last thread first draws all of it, while
+     * the others compute the heads drawn (their shares' leftovers go to it
+     * afterwards), so none waits on a head drawn on demand. Until
+     * 2026-12-05 a thread drew up to its share's first head and then one
+     * head ahead of its tasks, and a head's first task waited for the next
+     * head's draw: the attention layer's forward with the mask took
+     * 1.84-2.71 ms over eval at (1, 1024), 1.43-2.17 since (2-core Zen 5,
+     * 4 alternated runs each; the draw alone 2.0 ms on one thread). */
+    if (ft->md->bits && ft->nt > 1 && t == ft->nt - 1) ensure_rows(ft->md, ft->d->B * ft->d->H * ft->d->T);
     for (int64_t task = u * ft->chunk; task < (u + 1) * ft->chunk && task < ft->ntasks; task++) fwd_task(ft, task, t);
     return true;
 }
@@ -400,13 +405,14 @@ mha_status mha__attention_forward(const mha__attention_desc *d, void *ws, size_t
     if (par && mha__team_run(fwd_team, &ft)) {
         /* done by the decode step's team */
     } else {
-        /* Each thread its share of the batch, as the QKV GEMM's rows. With
-         * PyTorch's mask a thread starting its share past the heads drawn
-         * draws up to it (under the lock, publishing each row) while the
-         * others compute the heads before: at (8, 1024) and (8, 256) on
-         * the 2-core Xeon the training forward took 196.5-196.8 and
-         * 37.0-38.1 ms, against 197.9-198.3 and 38.6-38.7 with the next
-         * task to whichever thread was free; (1, 1024) alike. */
+        /* Each thread its share of the batch, as the QKV GEMM's rows (a
+         * thread done with its share takes from the end of another's).
+         * With PyTorch's mask the last thread draws it first (fwd_unit)
+         * while the others compute the heads drawn. With a thread's share
+         * and a draw up to it, at (8, 1024) and (8, 256) on the 2-core
+         * Xeon the training forward took 196.5-196.8 and 37.0-38.1 ms,
+         * against 197.9-198.3 and 38.6-38.7 with the next task to
+         * whichever thread was free; (1, 1024) alike. */
         mha__parallel_units((ft.ntasks + ft.chunk - 1) / ft.chunk, par ? nt : 1, fwd_unit, &ft);
     }
 #if defined(MHA_HAVE_OPENMP)
