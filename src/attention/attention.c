@@ -323,8 +323,8 @@ static void fwd_task(const fwd_tasks *ft, int64_t task, int tid) {
 static bool fwd_unit(void *arg, int64_t u, int t) {
     const fwd_tasks *ft = arg;
     /* With PyTorch's mask the last thread first draws all of it, while
-     * the others compute the heads drawn (their shares' leftovers go to it
-     * afterwards), so none waits on a head drawn on demand. Until
+     * the others compute the heads drawn and then take over the end of its
+     * share, so none waits on a head drawn on demand. Until
      * 2026-12-05 a thread drew up to its share's first head and then one
      * head ahead of its tasks, and a head's first task waited for the next
      * head's draw: the attention layer's forward with the mask took
