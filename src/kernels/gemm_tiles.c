@@ -42,13 +42,17 @@ typedef struct {
     int64_t nm, nn;   /* tiles down and across */
 } tile_plan;
 
-/* n cut into ceil(n / target) near-equal parts, rounded up to 16. */
-static void cut(int64_t n, int64_t target, int64_t *size, int64_t *count) {
-    const int64_t parts = (n + target - 1) / target;
+/* n cut into `parts` near-equal parts, rounded up to 16. */
+static void cut_parts(int64_t n, int64_t parts, int64_t *size, int64_t *count) {
     int64_t s = (n + parts - 1) / parts;
     s = (s + 15) / 16 * 16;
     *size = s;
     *count = (n + s - 1) / s;
+}
+
+/* n cut into ceil(n / target) near-equal parts, rounded up to 16. */
+static void cut(int64_t n, int64_t target, int64_t *size, int64_t *count) {
+    cut_parts(n, (n + target - 1) / target, size, count);
 }
 
 /* A function of the shape only: never of the thread count. Smaller GEMMs
@@ -57,11 +61,14 @@ static void cut(int64_t n, int64_t target, int64_t *size, int64_t *count) {
  * leave cores idle: the tiles are equal, so a count that 2, 3 and 4
  * threads do not divide, like the 5 of a 2304 x 768 weight gradient,
  * left one of 2 cores idle for a sixth of the product). A weight gradient
- * (trans_a: C = A^T B, K the batch's rows) splits M first, down to 64, and
- * keeps N whole: oneDNN ran a 2304 x 768 x 8192 one at 0.87-0.89 of the
- * forward's rate in 256 x 384 tiles (2-core Zen 5); one thread ran 128 x
- * 768 tiles of it at 187.5 GFLOP/s, 64 x 768 at 180.1, 256 x 384 at 177.0,
- * 256 x 192 at 170.2. */
+ * (trans_a: C = A^T B, K the batch's rows) keeps N whole (up to 768) and
+ * cuts M into just enough parts, at least 64 rows each: oneDNN ran a 2304
+ * x 768 x 8192 one at 0.87-0.89 of the forward's rate in 256 x 384 tiles
+ * (2-core Zen 5); one thread ran 128 x 768 tiles of it at 187.5 GFLOP/s,
+ * 64 x 768 at 180.1, 256 x 384 at 177.0, 256 x 192 at 170.2. Halving a
+ * 512-row target cut that 2304 into 18 tiles of 128, which 4 threads take
+ * 5, 5, 4, 4; 12 of 192 divide evenly and ran 1.8-2.2% faster on 2 threads
+ * (one program alternating the two, 2 runs; the same bits from oneDNN). */
 static tile_plan plan_tiles(bool trans_a, int64_t M, int64_t N, int64_t K) {
     tile_plan p;
     int64_t tm = MHA_GEMM_TILE_M, tn = MHA_GEMM_TILE_N;
@@ -71,6 +78,18 @@ static tile_plan plan_tiles(bool trans_a, int64_t M, int64_t N, int64_t K) {
         return p;
     }
     const int64_t want = work >= 1e8 ? 12 : 4;
+    if (trans_a) {
+        /* A weight gradient: N cut at tn, M into just enough parts for
+         * `want` tiles (or more, of at most tm rows), each at least 64. */
+        cut(N, tn, &p.nb, &p.nn);
+        int64_t parts = (M + tm - 1) / tm;
+        const int64_t need = (want + p.nn - 1) / p.nn;
+        if (parts < need) parts = need;
+        if ((M + parts - 1) / parts >= 64) {
+            cut_parts(M, parts, &p.mb, &p.nm);
+            if (p.nm * p.nn >= want) return p;
+        }
+    }
     for (;;) {
         cut(M, tm, &p.mb, &p.nm);
         cut(N, tn, &p.nb, &p.nn);
