@@ -77,9 +77,9 @@
  * against the emulation of simd_avx512.h).
  *
  * Dropout: the keep decisions of (row i, key j) are the forward's:
- * BITMASK bits or PHILOX recomputed by attn_panel.h's keep_masks (one
- * vectorised Philox call per lane covers 4 keys). No GENERATOR mode (the
- * backward never draws).
+ * BITMASK bits read key after key (attn_panel.h's keep_next) or PHILOX
+ * recomputed (philox_masks: one vectorised Philox call per lane covers 4
+ * keys). No GENERATOR mode (the backward never draws).
  *
  * The packing works on 256-bit vectors whatever the layer, as the forward's. */
 #if !defined(ATTN_BWD_KB) || !defined(ATTN_BWD_NP) || !defined(ATTN_OP_MR) || \
@@ -197,6 +197,15 @@ static void put_dq(const float *dqt, int64_t p0, int nv, int64_t HD, float *dq, 
  * +inf, 0 and 0 (P = 0 there). With the forward's mx and log l (the same
  * S; l >= 1) the exponent is at most 0, so vf_exp_nonpos: vf_exp's bits
  * for any exponent up to 88.37. */
+/* One vector of grad_panel with dropout: offset o, keep mask mk. */
+VINL void grad_step(const float *st, const float *dpt, int64_t o, vf mv, vf lv, vf dl, vm mk, vf dsc, vf sc,
+                    float *pm, float *ds) {
+    const vf p = vf_exp_nonpos(vf_sub(vf_sub(vf_load(st + o), mv), lv));
+    const vf mdp = vf_keep(mk, vf_mul(vf_load(dpt + o), dsc));
+    vf_store(pm + o, vf_keep(mk, vf_mul(p, dsc)));
+    vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(mdp, dl)), sc));
+}
+
 static void grad_panel(const keep_src *ks, const float *st, const float *dpt, int64_t n,
                        int64_t kn, int64_t k0, int64_t p0, int64_t row_max, const float *mx,
                        const float *logl, const float *delta, float drop_scale, float scale,
@@ -218,24 +227,29 @@ static void grad_panel(const keep_src *ks, const float *st, const float *dpt, in
                 vf_store(pm + o, p);
                 vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(vf_load(dpt + o), dl[v])), sc));
             }
-    } else {
+    } else if (ks->drop == MHA_DROP_BITMASK) {
         const vf dsc = vf_set1(drop_scale);
-        /* key quads at absolute multiples of 4 (the keep masks' unit) */
-        keep_cache kc = {.half = -1};
+        keep_iter it;
+        keep_iter_init(&it, ks, p0, row_max, k0);
+        for (int64_t j = 0; j < n; j++) {
+            vm mk[NV];
+            keep_next(&it, mk);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                grad_step(st, dpt, j * PW + VW * v, mv[v], lv[v], dl[v], mk[v], dsc, sc, pm, ds);
+        }
+    } else { /* PHILOX */
+        const vf dsc = vf_set1(drop_scale);
+        /* key quads at absolute multiples of 4 (Philox's unit) */
         for (int64_t jq = -(k0 & 3); jq < n; jq += 4) {
             vm mk[4][NV];
-            keep_masks(ks, &kc, k0 + jq, p0, row_max, mk);
+            philox_masks(ks, k0 + jq, p0, mk);
             for (int r = 0; r < 4; r++) {
                 const int64_t j = jq + r;
                 if (j < 0 || j >= n) continue;
 #pragma GCC unroll 4
-                for (int v = 0; v < NV; v++) {
-                    const int64_t o = j * PW + VW * v;
-                    const vf p = vf_exp_nonpos(vf_sub(vf_sub(vf_load(st + o), mv[v]), lv[v]));
-                    const vf mdp = vf_keep(mk[r][v], vf_mul(vf_load(dpt + o), dsc));
-                    vf_store(pm + o, vf_keep(mk[r][v], vf_mul(p, dsc)));
-                    vf_store(ds + o, vf_mul(vf_mul(p, vf_sub(mdp, dl[v])), sc));
-                }
+                for (int v = 0; v < NV; v++)
+                    grad_step(st, dpt, j * PW + VW * v, mv[v], lv[v], dl[v], mk[r][v], dsc, sc, pm, ds);
             }
         }
     }

@@ -144,11 +144,24 @@ static void softmax_panel(const keep_src *a, float *st, int64_t n, int64_t k0, i
                 vf_store(r, p);
             }
         }
-    } else {
-        keep_cache kc = {.half = -1};
+    } else if (a->drop == MHA_DROP_BITMASK) {
+        keep_iter it;
+        keep_iter_init(&it, a, p0, row_max, k0);
+        for (int64_t j = 0; j < n; j++) {
+            vm mk[NV];
+            keep_next(&it, mk);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) {
+                float *r = st + j * PW + VW * v;
+                const vf p = vf_exp_nonpos(vf_sub(vf_load(r), ms[v]));
+                s[v] = vf_add(s[v], p);
+                vf_store(r, vf_keep(mk[v], p));
+            }
+        }
+    } else { /* PHILOX */
         for (int64_t j = 0; j < n; j += 4) {
             vm mk[4][NV];
-            keep_masks(a, &kc, k0 + j, p0, row_max, mk);
+            philox_masks(a, k0 + j, p0, mk);
             const int nr = (int)(n - j < 4 ? n - j : 4);
             for (int q = 0; q < nr; q++)
 #pragma GCC unroll 4
