@@ -712,26 +712,19 @@ static double probe_best(const sgemm_probe *pr, char *shape, size_t shape_cap) {
 
 /* The benchmarks' model: FILE (its matrices as dtype), or GPTModel(cfg)
  * drawn as torch.manual_seed(seed) (tie: out_head = tok_emb, the head not
- * drawn), then converted to dtype, its F32 copy freed. */
+ * drawn), its matrices held as dtype: a 16-bit model's drawn one at a time
+ * in F32 and rounded, never the whole model in F32 (mha_gpt_init). */
 static mha_gpt *bench_model(const char *weights, const mha_gpt_config *cfg, bool tie, uint64_t seed,
                             mha_dtype dtype) {
     mha_gpt *m = NULL;
     if (weights) {
         cli_check(mha_gpt_load_as(weights, dtype, &m), weights);
-    } else if (!tie) {
-        cli_check(mha_gpt_create_seeded(cfg, seed, &m), "GPTModel");
-    } else { /* the book's draws, the head not drawn (mha_gpt_init) */
-        cli_check(mha_gpt_create(cfg, 1, &m), "GPTModel");
+    } else {
+        cli_check(mha_gpt_create_as(cfg, tie, dtype, &m), "GPTModel");
         mha_generator *g = NULL;
         cli_check(mha_generator_create(seed, &g), "generator");
         cli_check(mha_gpt_init(m, g), "GPTModel");
         mha_generator_free(g);
-    }
-    if (!weights && dtype != MHA_DTYPE_F32) {
-        mha_gpt *h = NULL;
-        cli_check(mha_gpt_convert(m, dtype, &h), "--dtype");
-        mha_gpt_free(m);
-        m = h;
     }
     const mha_gpt_config *c = mha_gpt_config_of(m);
     if (c->kind != MHA_GPT_MODEL) cli_die("bench: %s holds a %s, not a GPTModel", weights, mha_gpt_kind_name(c->kind));
@@ -952,8 +945,8 @@ int mha_cli_bench_gpt(int argc, char **argv) {
                  "stream_read_gbps_worst, read_mib (per token), weights_read_ms, decode_over_read,\n"
                  "peak_rss_mib, threads, dtype, ...\n"
                  "--dtype bf16|f16: the weight matrices held in 16 bits (FILE loaded as such; the seeded\n"
-                 "model drawn in F32 and converted, its F32 copy freed before the timing); the bound is\n"
-                 "then the 16-bit bytes a step reads.\n"
+                 "model's drawn one at a time in F32 and rounded, as mha convert rounds them); the bound\n"
+                 "is then the 16-bit bytes a step reads.\n"
                  "--against D: the same model also held as dtype D, its decode timed in every round beside\n"
                  "the first's, the order swapped each round, so that both see the host alike (its speed\n"
                  "moves by up to 2x from minute to minute on shared VMs): prints D's decode and the\n"

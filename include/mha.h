@@ -848,12 +848,21 @@ typedef struct mha_gpt mha_gpt;
 /* Every parameter zero (LayerNorm scales one). tie_head (GPTModel):
  * out_head.weight is tok_emb.weight (one tensor, as Hugging Face's GPT-2). */
 MHA_API mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out);
+/* mha_gpt_create with the weight matrices held as dtype: MHA_DTYPE_F32 (as
+ * mha_gpt_create), or MHA_DTYPE_BF16 / MHA_DTYPE_F16 for inference (see
+ * mha_gpt_load_as), every element zero (LayerNorm scales one);
+ * mha_gpt_init then draws them. ERR_DTYPE for another dtype. */
+MHA_API mha_status mha_gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype dtype, mha_gpt **out);
 /* torch.manual_seed(seed) then the book's constructor (untied head):
  * every parameter bit for bit, drawn in PyTorch's construction order. */
 MHA_API mha_status mha_gpt_create_seeded(const mha_gpt_config *c, uint64_t seed, mha_gpt **out);
 /* Re-draws every parameter from g in construction order (tok_emb, pos_emb,
  * each block's att.W_query/W_key/W_value/out_proj and ff.layers.0/2, the
- * head; LayerNorms ones/zeros). With a tied head, the head is not drawn. */
+ * head; LayerNorms ones/zeros). With a tied head, the head is not drawn.
+ * A 16-bit model (mha_gpt_create_as) gets the bits mha_gpt_convert gives
+ * the F32 model drawn alike: each matrix is drawn in F32 into a scratch the
+ * size of the largest (tok_emb's (V, E) in a GPTModel), then rounded into
+ * place, so no F32 copy of the model is ever held. */
 MHA_API mha_status mha_gpt_init(mha_gpt *m, mha_generator *g);
 MHA_API void mha_gpt_free(mha_gpt *m);
 MHA_API const mha_gpt_config *mha_gpt_config_of(const mha_gpt *m);
@@ -939,8 +948,8 @@ MHA_API mha_status mha_gpt_from_st(const mha_st *st, mha_gpt **out);
  * weights (exactly) as they read them. A value beyond F16's 65504 is
  * ERR_NONFINITE, named. MHA_DTYPE_F32 is mha_gpt_load. Such a model
  * forwards, feeds its cache and generates; it records no tape
- * (ERR_UNSUPPORTED), mha_gpt_params gives NULL (ERR_UNSUPPORTED: no F32
- * parameter set to train) and mha_gpt_init refuses it. mha_gpt_save writes
+ * (ERR_UNSUPPORTED) and mha_gpt_params gives NULL (ERR_UNSUPPORTED: no F32
+ * parameter set to train); mha_gpt_init draws it (above). mha_gpt_save writes
  * its matrices as BF16 / F16 tensors (the vectors F32), which
  * mha_gpt_load_as reads back bit for bit and torch's load_state_dict takes.
  * Accuracy: docs/numerics.md. */

@@ -320,6 +320,42 @@ static void tour_gpt(void) {
         mha_gpt_free(l);
     }
 
+    /* 16-bit models drawn directly (GPTModel untied and tied, and a
+     * TransformerBlock): the bits of the F32 draw converted, the generator
+     * left where the F32 draw leaves it */
+    for (int v = 0; v < 6; v++) {
+        const mha_dtype dt = v % 2 ? MHA_DTYPE_F16 : MHA_DTYPE_BF16;
+        const int tie = v / 2 == 1;
+        mha_gpt_config cc = c;
+        if (v / 2 == 2) mha_gpt_config_init(&cc, MHA_TRANSFORMER_BLOCK), cc.emb_dim = 8, cc.n_heads = 2;
+        mha_gpt *f = NULL, *conv = NULL, *drawn = NULL;
+        mha_generator *g1 = NULL, *g2 = NULL;
+        OK(mha_gpt_create(&cc, tie, &f));
+        OK(mha_gpt_create_as(&cc, tie, dt, &drawn));
+        OK(mha_generator_create(5, &g1));
+        OK(mha_generator_create(5, &g2));
+        OK(mha_gpt_init(f, g1));
+        OK(mha_gpt_init(drawn, g2));
+        OK(mha_gpt_convert(f, dt, &conv));
+        CHECK(mha_gpt_weights_count(conv) == mha_gpt_weights_count(drawn) && mha_gpt_weights_dtype(drawn) == dt,
+              "drawn 16-bit model %d: its tensors", v);
+        for (size_t i = 0; i < mha_gpt_weights_count(conv); i++) {
+            mha_gpt_weight a, b;
+            OK(mha_gpt_weight_get(conv, i, &a));
+            OK(mha_gpt_weight_get(drawn, i, &b));
+            CHECK(!strcmp(a.name, b.name) && a.dtype == b.dtype && a.numel == b.numel &&
+                      !memcmp(a.data, b.data, a.numel * mha_dtype_size(a.dtype)),
+                  "drawn 16-bit model %d: tensor %s differs from the F32 draw converted", v, a.name);
+        }
+        CHECK(mha_generator_random64(g1) == mha_generator_random64(g2), "drawn 16-bit model %d: the generator", v);
+        mha_generator_free(g1);
+        mha_generator_free(g2);
+        mha_gpt_free(f);
+        mha_gpt_free(conv);
+        mha_gpt_free(drawn);
+    }
+    CHECK(mha_gpt_create_as(&c, 0, MHA_DTYPE_I32, &l) == MHA_ERR_DTYPE && l == NULL, "an I32 model");
+
     /* training: taped forwards, backward, cross-entropy, optimizers */
     mha_gpt_tape *tape = NULL;
     OK(mha_gpt_tape_create(&tape));

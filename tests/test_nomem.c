@@ -424,12 +424,36 @@ static void keep_gpt_set(op *o, bool grads, const void *head, size_t head_len) {
 }
 static void keep_gpt_params(op *o) { keep_gpt_set(o, false, "", 0); }
 
-/* create (0: zero, 1: seeded, 2: create + init, 3: tied head) */
+/* The result: every state_dict tensor's bytes as the model holds them
+ * (a 16-bit model's too, which has no parameter set). */
+static void keep_gpt_weights(op *o) {
+    gpt_state *s = o->state;
+    size_t n = 0;
+    for (size_t i = 0; i < mha_gpt_weights_count(s->m); i++) {
+        mha_gpt_weight w;
+        REQUIRE(mha_gpt_weight_get(s->m, i, &w) == MHA_OK, "weight");
+        n += w.numel * mha_dtype_size(w.dtype);
+    }
+    unsigned char *buf = malloc(n + 1);
+    size_t at = 0;
+    for (size_t i = 0; i < mha_gpt_weights_count(s->m); i++) {
+        mha_gpt_weight w;
+        REQUIRE(mha_gpt_weight_get(s->m, i, &w) == MHA_OK, "weight");
+        memcpy(buf + at, w.data, w.numel * mha_dtype_size(w.dtype));
+        at += w.numel * mha_dtype_size(w.dtype);
+    }
+    set_out(o, buf, at);
+    free(buf);
+}
+
+/* create (0: zero, 1: seeded, 2: create + init, 3: tied head, 4: bf16,
+ * create_as + init) */
 static mha_status run_gpt_create(op *o) {
     gpt_state *s = o->state;
     if (s->mode == 1) return mha_gpt_create_seeded(&s->cfg, 123, &s->m);
-    mha_status st = mha_gpt_create(&s->cfg, s->mode == 3, &s->m);
-    if (st != MHA_OK || s->mode != 2) return st;
+    mha_status st = s->mode == 4 ? mha_gpt_create_as(&s->cfg, 0, MHA_DTYPE_BF16, &s->m)
+                                 : mha_gpt_create(&s->cfg, s->mode == 3, &s->m);
+    if (st != MHA_OK || (s->mode != 2 && s->mode != 4)) return st;
     mha_generator *g = NULL;
     if ((st = mha_generator_create(7, &g)) == MHA_OK) st = mha_gpt_init(s->m, g);
     mha_generator_free(g);
@@ -801,11 +825,12 @@ int main(void) {
     {
         gpt_state s = {0};
         static const char *const cn[] = {"GPTModel create", "GPTModel create_seeded", "GPTModel create + init",
-                                         "GPTModel create (tied head)"};
-        for (int mode = 0; mode < 4; mode++) {
+                                         "GPTModel create (tied head)", "GPTModel create_as bf16 + init"};
+        for (int mode = 0; mode < 5; mode++) {
             gpt_cfg(&s, MHA_GPT_MODEL);
             s.mode = mode;
-            op o = {cn[mode], NULL, run_gpt_create, keep_gpt_params, teardown_gpt, &s, NULL, 0};
+            op o = {cn[mode], NULL, run_gpt_create, mode == 4 ? keep_gpt_weights : keep_gpt_params, teardown_gpt,
+                    &s, NULL, 0};
             inject_loop(&o);
         }
         static const char *const fn[] = {"GPTModel forward (eval)", "GPTModel forward (training)",

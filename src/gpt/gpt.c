@@ -17,6 +17,7 @@
 #include "common/common.h"
 #include "generator/generator.h"
 #include "kernels/drivers.h"
+#include "kernels/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -241,7 +242,7 @@ static void ones_for_norms(mha_gpt *m) {
         for (int64_t i = 0; i < m->E; i++) m->lnf_s[i] = 1.0f;
 }
 
-mha_status mha__gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype dtype, mha_gpt **out) {
+mha_status mha_gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype dtype, mha_gpt **out) {
     if (!out) return mha__fail(MHA_ERR_ARGUMENT, "output pointer is NULL");
     *out = NULL;
     mha_status st = mha_gpt_config_validate(c);
@@ -287,35 +288,104 @@ mha_status mha__gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype d
 }
 
 mha_status mha_gpt_create(const mha_gpt_config *c, int tie_head, mha_gpt **out) {
-    return mha__gpt_create_as(c, tie_head, MHA_DTYPE_F32, out);
+    return mha_gpt_create_as(c, tie_head, MHA_DTYPE_F32, out);
 }
 
-mha_status mha_gpt_init(mha_gpt *m, mha_generator *g) {
-    if (!m || !g) return mha__fail(MHA_ERR_ARGUMENT, "model or generator is NULL");
-    if (m->wdtype != MHA_DTYPE_F32)
-        return mha__fail(MHA_ERR_UNSUPPORTED, "a %s model is for inference: draw an f32 one and convert it",
-                         mha_dtype_name(m->wdtype));
+mha_status mha__gpt_narrow(const char *name, size_t i, float v, mha_dtype d, uint16_t *out) {
+    *out = d == MHA_DTYPE_BF16 ? mha__f32_to_bf16(v) : mha__f32_to_f16(v);
+    if ((*out & 0x7fffu) == (d == MHA_DTYPE_BF16 ? 0x7f80u : 0x7c00u))
+        return mha__fail(MHA_ERR_NONFINITE, "tensor '%s' element %zu (%g) is beyond %s's range", name, i, (double)v,
+                         d == MHA_DTYPE_BF16 ? "bf16" : "f16");
+    return MHA_OK;
+}
+
+/* mha_gpt_init's matrices: an F32 model's drawn in place; a 16-bit
+ * model's drawn into scratch (F32, the largest matrix's size), then
+ * rounded into place as mha_gpt_convert rounds, so that no F32 copy of the
+ * model is ever held. The draws come in state_dict order, so the matrix a
+ * draw fills is the next matrix tensor. */
+typedef struct {
+    mha_gpt *m;
+    float *scratch; /* NULL for an F32 model */
+    size_t next;    /* the tensor to look for the next matrix from */
+} drawer;
+
+/* Where the generator writes the matrix whose F32 home is f. */
+static float *draw_to(const drawer *d, float *f) { return d->scratch ? d->scratch : f; }
+
+/* After a matrix's draw: a 16-bit model's n elements rounded into the next
+ * matrix tensor. */
+static mha_status draw_done(drawer *d, size_t n) {
+    if (!d->scratch) return MHA_OK;
+    const mha_gpt *m = d->m;
+    while (d->next < m->n_tensors && (m->tensors[d->next].ndim != 2 || m->tensors[d->next].alias)) d->next++;
+    if (d->next == m->n_tensors || (size_t)(m->tensors[d->next].s0 * m->tensors[d->next].s1) != n)
+        return mha__fail(MHA_ERR_SHAPE, "mha_gpt_init: the draws and the model's matrices disagree");
+    const mha__gpt_tensor *t = &m->tensors[d->next++];
+    mha_status st = MHA_OK;
+    for (size_t i = 0; i < n && st == MHA_OK; i++) st = mha__gpt_narrow(t->name, i, d->scratch[i], m->wdtype, &t->h[i]);
+    return st;
+}
+
+/* nn.Linear(in, out)'s draw: W (F32 home f), then its bias (F32 in every
+ * model; NULL: none). */
+static mha_status draw_linear(drawer *d, mha_generator *g, float *f, float *bias, int64_t in, int64_t out) {
+    const mha_status st = mha_generator_linear_init(g, draw_to(d, f), bias, in, out);
+    return st == MHA_OK ? draw_done(d, (size_t)(in * out)) : st;
+}
+
+static mha_status draw_embedding(drawer *d, mha_generator *g, float *f, int64_t rows, int64_t cols) {
+    const mha_status st = mha_generator_embedding_init(g, draw_to(d, f), rows, cols, -1);
+    return st == MHA_OK ? draw_done(d, (size_t)(rows * cols)) : st;
+}
+
+/* Every parameter in PyTorch's construction order (mha_gpt_init). */
+static mha_status draw_all(drawer *d, mha_generator *g) {
+    mha_gpt *m = d->m;
     const int64_t E = m->E;
     mha_status st = MHA_OK;
     if (is_model(&m->cfg)) {
-        if ((st = mha_generator_embedding_init(g, m->tok_emb, m->V, E, -1)) != MHA_OK) return st;
-        if ((st = mha_generator_embedding_init(g, m->pos_emb, m->C, E, -1)) != MHA_OK) return st;
+        if ((st = draw_embedding(d, g, m->tok_emb, m->V, E)) != MHA_OK) return st;
+        if ((st = draw_embedding(d, g, m->pos_emb, m->C, E)) != MHA_OK) return st;
     }
     for (int64_t l = 0; l < m->L; l++) {
         mha__gpt_block *b = &m->blocks[l];
         for (int r = 0; r < 3; r++)
-            if ((st = mha_generator_linear_init(g, b->w_qkv + r * E * E, b->b_qkv ? b->b_qkv + r * E : NULL, E, E)) != MHA_OK)
+            if ((st = draw_linear(d, g, b->w_qkv ? b->w_qkv + r * E * E : NULL, b->b_qkv ? b->b_qkv + r * E : NULL, E,
+                                  E)) != MHA_OK)
                 return st;
-        if ((st = mha_generator_linear_init(g, b->w_out, b->b_out, E, E)) != MHA_OK) return st;
-        if ((st = mha_generator_linear_init(g, b->w1, b->b1, E, 4 * E)) != MHA_OK) return st;
-        if ((st = mha_generator_linear_init(g, b->w2, b->b2, 4 * E, E)) != MHA_OK) return st;
+        if ((st = draw_linear(d, g, b->w_out, b->b_out, E, E)) != MHA_OK) return st;
+        if ((st = draw_linear(d, g, b->w1, b->b1, E, 4 * E)) != MHA_OK) return st;
+        if ((st = draw_linear(d, g, b->w2, b->b2, 4 * E, E)) != MHA_OK) return st;
         memset(b->ln1_b, 0, (size_t)E * sizeof(float));
         memset(b->ln2_b, 0, (size_t)E * sizeof(float));
     }
     if (is_model(&m->cfg)) {
         memset(m->lnf_b, 0, (size_t)E * sizeof(float));
-        if (!m->tied && (st = mha_generator_linear_init(g, m->head, NULL, E, m->V)) != MHA_OK) return st;
+        if (!m->tied && (st = draw_linear(d, g, m->head, NULL, E, m->V)) != MHA_OK) return st;
     }
+    return MHA_OK;
+}
+
+mha_status mha_gpt_init(mha_gpt *m, mha_generator *g) {
+    if (!m || !g) return mha__fail(MHA_ERR_ARGUMENT, "model or generator is NULL");
+    drawer d = {m, NULL, 0};
+    if (m->wdtype != MHA_DTYPE_F32) {
+        /* the largest matrix drawn: tok_emb or the head (V, E), pos_emb
+         * (C, E), ff.layers.0/2 (4E, E) */
+        int64_t most = 4 * m->E * m->E;
+        if (is_model(&m->cfg)) {
+            if (m->V * m->E > most) most = m->V * m->E;
+            if (m->C * m->E > most) most = m->C * m->E;
+        }
+        d.scratch = mha__alloc_n((size_t)most, sizeof(float));
+        if (!d.scratch)
+            return mha__nomem("out of memory for %zu MiB drawing a %s model's matrices", (size_t)most * 4 >> 20,
+                              mha_dtype_name(m->wdtype));
+    }
+    const mha_status st = draw_all(&d, g);
+    mha__free(d.scratch);
+    if (st != MHA_OK) return st;
     ones_for_norms(m);
     m->kv_len = 0;
     return MHA_OK;

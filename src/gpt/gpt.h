@@ -116,9 +116,10 @@ struct mha_gpt_tape {
 void mha__gpt_attention_desc(const mha_gpt *m, mha__attention_desc *d, int64_t B, int64_t T, bool drop,
                              mha_generator *gen);
 
-/* mha_gpt_create with the matrices held as dtype (F32, or BF16 / F16 for
- * inference: mha_gpt_load_as), every element zero (LayerNorm scales one). */
-mha_status mha__gpt_create_as(const mha_gpt_config *c, int tie_head, mha_dtype dtype, mha_gpt **out);
+/* v rounded to d's 16 bits (nearest even: torch's .to(torch.bfloat16) /
+ * .half()) into *out; ERR_NONFINITE, naming tensor `name` and element i,
+ * when it is beyond the format's range. */
+mha_status mha__gpt_narrow(const char *name, size_t i, float v, mha_dtype d, uint16_t *out);
 
 /* The checks every entry makes: B and T positive, T within the context,
  * B * T bounded. */

@@ -103,15 +103,6 @@ static mha_status read_part(const mha_st *st, const mha_st_tensor *t, size_t fir
     return MHA_OK;
 }
 
-/* v narrowed to d's 16 bits; ERR_NONFINITE when it overflows F16's range. */
-static mha_status narrow(const char *name, size_t i, float v, mha_dtype d, uint16_t *out) {
-    *out = d == MHA_DTYPE_BF16 ? mha__f32_to_bf16(v) : mha__f32_to_f16(v);
-    if ((*out & 0x7fffu) == (d == MHA_DTYPE_BF16 ? 0x7f80u : 0x7c00u))
-        return mha__fail(MHA_ERR_NONFINITE, "tensor '%s' element %zu (%g) is beyond %s's range", name, i, (double)v,
-                         d == MHA_DTYPE_BF16 ? "bf16" : "f16");
-    return MHA_OK;
-}
-
 /* Reads t, of shape (s0, s1) (or (s0) when s1 == 0), into dst; or, with
  * transpose, a Conv1D weight of the file's shape (s1, s0) into dst's (s0,
  * s1). Checks the shape and finiteness; the detail names the tensor. F32
@@ -142,7 +133,7 @@ static mha_status take(const mha_st *st, const mha_st_tensor *t, dest dst, int64
             /* file element r0 * row + i: transposed, file (j, k) goes to dst (k, j) */
             const size_t fi = r0 * row + i;
             const size_t di = transpose ? (fi % row) * (size_t)s1 + fi / row : fi;
-            s = narrow(t->name, fi, tmp[i], dst.dtype, &dst.h[di]);
+            s = mha__gpt_narrow(t->name, fi, tmp[i], dst.dtype, &dst.h[di]);
         }
         if (s != MHA_OK) return s;
     }
@@ -250,7 +241,7 @@ static mha_status from_book(const mha_st *st, mha_gpt_kind kind, mha_dtype dtype
         (s = mha_st_metadata_bool(st, "tie_head", &tied)) != MHA_OK)
         return s;
     mha_gpt *m = NULL;
-    if ((s = mha__gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
+    if ((s = mha_gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
     if (dtype != MHA_DTYPE_F32) {
         if ((s = read_book_16(m, st)) != MHA_OK) {
             mha_gpt_free(m);
@@ -337,7 +328,7 @@ static mha_status from_hf(const mha_st *st, const char *pre, mha_dtype dtype, mh
                                     head.nbytes == wte.nbytes && memcmp(head.data, wte.data, wte.nbytes) == 0);
     if ((s = mha_gpt_config_validate(&c)) != MHA_OK || (s = precheck_size(st, &c)) != MHA_OK) return s;
     mha_gpt *m = NULL;
-    if ((s = mha__gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
+    if ((s = mha_gpt_create_as(&c, tied, dtype, &m)) != MHA_OK) return s;
     const int64_t E = m->E;
     /* F32: a whole Conv1D weight to transpose; 16-bit: one piece */
     const size_t tmp_floats = dtype == MHA_DTYPE_F32 ? (size_t)(4 * E * E) : PIECE;
@@ -450,7 +441,7 @@ mha_status mha_gpt_convert(const mha_gpt *src, mha_dtype dtype, mha_gpt **out) {
     if (!src || !out) return mha__fail(MHA_ERR_ARGUMENT, "mha_gpt_convert: NULL argument");
     *out = NULL;
     mha_gpt *m = NULL;
-    mha_status s = mha__gpt_create_as(&src->cfg, src->tied, dtype, &m);
+    mha_status s = mha_gpt_create_as(&src->cfg, src->tied, dtype, &m);
     if (s != MHA_OK) return s;
     const mha__kernels *k = mha__kernels_active();
     float piece[1024];
@@ -466,7 +457,7 @@ mha_status mha_gpt_convert(const mha_gpt *src, mha_dtype dtype, mha_gpt **out) {
             const size_t c = n - at < 1024 ? n - at : 1024;
             const float *v = a->f ? a->f + at : piece;
             if (!a->f) (src->wdtype == MHA_DTYPE_BF16 ? k->widen_bf16 : k->widen_f16)(piece, a->h + at, c);
-            for (size_t j = 0; j < c && s == MHA_OK; j++) s = narrow(b->name, at + j, v[j], dtype, &b->h[at + j]);
+            for (size_t j = 0; j < c && s == MHA_OK; j++) s = mha__gpt_narrow(b->name, at + j, v[j], dtype, &b->h[at + j]);
         }
     }
     if (s != MHA_OK) {
